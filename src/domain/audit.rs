@@ -1,0 +1,258 @@
+//! The audit record (CONTRACT §4): the operators' account of one release.
+//!
+//! It may name call ids, rules and the guard's reason, never raw responses or evidence
+//! text. The domain fills in what it decides; the actors add model attempts, budget use,
+//! timings and how a cancel arrived. Entry point: [`Audit::new`].
+
+use serde::Serialize;
+
+use super::evidence_guard::{ExcludedReference, Violation};
+use super::release::{FallbackType, Outcome, StopReason};
+
+/// Which branch of the release decision was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleasePath {
+    ControlledStop,
+    DraftUnparseable,
+    MissingContext,
+    NoConclusion,
+    Concluded,
+}
+
+/// Who asked for a model call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelRole {
+    Repair,
+    Semantic,
+}
+
+impl ModelRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelRole::Repair => "repair",
+            ModelRole::Semantic => "semantic",
+        }
+    }
+}
+
+/// How one model attempt ended; the metric label `result`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    Ok,
+    Timeout,
+    Transport,
+    Parse,
+    Schema,
+    Cancelled,
+    BudgetDenied,
+}
+
+impl AttemptOutcome {
+    pub const ALL: [AttemptOutcome; 7] = [
+        AttemptOutcome::Ok,
+        AttemptOutcome::Timeout,
+        AttemptOutcome::Transport,
+        AttemptOutcome::Parse,
+        AttemptOutcome::Schema,
+        AttemptOutcome::Cancelled,
+        AttemptOutcome::BudgetDenied,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Ok => "ok",
+            AttemptOutcome::Timeout => "timeout",
+            AttemptOutcome::Transport => "transport",
+            AttemptOutcome::Parse => "parse",
+            AttemptOutcome::Schema => "schema",
+            AttemptOutcome::Cancelled => "cancelled",
+            AttemptOutcome::BudgetDenied => "budget_denied",
+        }
+    }
+
+    /// Technical failures: the only outcomes SemanticGuard retries.
+    pub fn is_technical_failure(self) -> bool {
+        matches!(
+            self,
+            AttemptOutcome::Timeout
+                | AttemptOutcome::Transport
+                | AttemptOutcome::Parse
+                | AttemptOutcome::Schema
+        )
+    }
+}
+
+/// One model attempt (sent or denied before sending).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelAttempt {
+    pub role: ModelRole,
+    /// 1-based attempt number within its role.
+    pub attempt: u32,
+    pub outcome: AttemptOutcome,
+    /// A short, data-free account of a failure (e.g. "HTTP 503", "extra key").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    pub latency_ms: u64,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+}
+
+/// Whether the one repair ran and why its candidate was accepted or rejected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RepairAudit {
+    pub ran: bool,
+    pub accepted: bool,
+    pub reason: String,
+    /// EvidenceGuard's violations on the repaired Draft, when it still failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub violations_after: Vec<Violation>,
+}
+
+impl RepairAudit {
+    pub fn accepted() -> Self {
+        RepairAudit {
+            ran: true,
+            accepted: true,
+            reason: "only ids and references changed and EvidenceGuard passed".into(),
+            violations_after: Vec::new(),
+        }
+    }
+
+    pub fn rejected(reason: String, violations_after: Vec<Violation>) -> Self {
+        RepairAudit {
+            ran: true,
+            accepted: false,
+            reason,
+            violations_after,
+        }
+    }
+
+    /// No repair call was made (no model configured, budget, cancellation).
+    pub fn not_run(reason: String) -> Self {
+        RepairAudit {
+            ran: false,
+            accepted: false,
+            reason,
+            violations_after: Vec::new(),
+        }
+    }
+}
+
+/// SemanticGuard's verdict and its reason (the reason never reaches a release result).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerdictAudit {
+    pub verdict: &'static str,
+    pub reason: String,
+}
+
+impl VerdictAudit {
+    pub fn supported(reason: String) -> Self {
+        VerdictAudit {
+            verdict: "SUPPORTED",
+            reason,
+        }
+    }
+    pub fn unsupported(reason: String) -> Self {
+        VerdictAudit {
+            verdict: "UNSUPPORTED",
+            reason,
+        }
+    }
+}
+
+/// What the run's model budget allowed and what was used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct BudgetUse {
+    pub model_calls: u32,
+    pub tokens: u64,
+    pub bytes: u64,
+    pub max_model_calls: u32,
+    pub max_tokens: u64,
+    pub max_bytes: u64,
+}
+
+/// How a cancel reached the release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelSource {
+    /// `POST .../cancel` on this replica.
+    Http,
+    /// A run id published on `P:cancel` (usually by another replica).
+    Pubsub,
+    /// The durable `P:run:{RUN}:cancelled` marker, seen before start or before a model call.
+    Marker,
+}
+
+impl CancelSource {
+    pub const ALL: [CancelSource; 3] = [CancelSource::Http, CancelSource::Pubsub, CancelSource::Marker];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelSource::Http => "http",
+            CancelSource::Pubsub => "pubsub",
+            CancelSource::Marker => "marker",
+        }
+    }
+}
+
+/// Wall-clock account of the release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct Timings {
+    pub started_at: String,
+    pub total_ms: u64,
+    pub model_wait_ms: u64,
+    pub overhead_ms: u64,
+}
+
+/// The audit record of one release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Audit {
+    pub run_id: String,
+    pub stop_reason: StopReason,
+    pub path: Option<ReleasePath>,
+    /// Why the Draft could not be parsed (schema position, never its content).
+    pub draft_error: Option<String>,
+    /// EvidenceGuard's violations on the submitted Draft.
+    pub violations: Vec<Violation>,
+    /// No-conclusion path: cited calls left out, and why.
+    pub excluded_references: Vec<ExcludedReference>,
+    pub repair: Option<RepairAudit>,
+    pub model_attempts: Vec<ModelAttempt>,
+    pub verdict: Option<VerdictAudit>,
+    pub budget: BudgetUse,
+    pub timings: Timings,
+    pub outcome: Option<Outcome>,
+    pub fallback_type: Option<FallbackType>,
+    pub cancelled_by: Option<CancelSource>,
+}
+
+impl Audit {
+    pub fn new(run_id: &str, stop_reason: StopReason) -> Self {
+        Audit {
+            run_id: run_id.to_string(),
+            stop_reason,
+            path: None,
+            draft_error: None,
+            violations: Vec::new(),
+            excluded_references: Vec::new(),
+            repair: None,
+            model_attempts: Vec::new(),
+            verdict: None,
+            budget: BudgetUse::default(),
+            timings: Timings::default(),
+            outcome: None,
+            fallback_type: None,
+            cancelled_by: None,
+        }
+    }
+
+    /// Time spent waiting on the model, summed over attempts.
+    pub fn model_wait_ms(&self) -> u64 {
+        self.model_attempts.iter().map(|a| a.latency_ms).sum()
+    }
+}

@@ -1,0 +1,505 @@
+//! EvidenceGuard: the deterministic check of a Draft against the run's canonical records.
+//!
+//! Entry points: [`RunEvidence::resolve`] (every loaded record judged once against
+//! CONTRACT §1), [`check_concluded`] (the full rule set for a Draft with a conclusion; all
+//! violations, each with a [`Rule`]) and [`review_references`] (the no-conclusion path:
+//! cited calls that are not usable are excluded, never errors).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::draft::{AnalysisKind, Draft};
+use super::invocation::{resolve_call, CallRejection, EvidenceStatus, RawRecord, UsableCall};
+
+/// Every rule EvidenceGuard enforces. The snake-case name is the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    AnalysisIdBlank,
+    AnalysisIdDuplicate,
+    AnalysisKindUnsupported,
+    AnalysisTextBlank,
+    AnalysisWithoutCalls,
+    ReportTextBlank,
+    ReferenceEmpty,
+    ReferenceUnknown,
+    CallIdBlank,
+    CallMissing,
+    CallOtherRun,
+    ToolUnsupported,
+    CallNotReady,
+    CallNoAgentResult,
+    CallEvidenceError,
+    ProjectionInvalid,
+    ProjectionToolMismatch,
+    ProjectionCallIdMismatch,
+    ProjectionStatusMismatch,
+    EvidenceStatusInconsistent,
+    KindEvidenceMismatch,
+}
+
+impl Rule {
+    pub const ALL: [Rule; 21] = [
+        Rule::AnalysisIdBlank,
+        Rule::AnalysisIdDuplicate,
+        Rule::AnalysisKindUnsupported,
+        Rule::AnalysisTextBlank,
+        Rule::AnalysisWithoutCalls,
+        Rule::ReportTextBlank,
+        Rule::ReferenceEmpty,
+        Rule::ReferenceUnknown,
+        Rule::CallIdBlank,
+        Rule::CallMissing,
+        Rule::CallOtherRun,
+        Rule::ToolUnsupported,
+        Rule::CallNotReady,
+        Rule::CallNoAgentResult,
+        Rule::CallEvidenceError,
+        Rule::ProjectionInvalid,
+        Rule::ProjectionToolMismatch,
+        Rule::ProjectionCallIdMismatch,
+        Rule::ProjectionStatusMismatch,
+        Rule::EvidenceStatusInconsistent,
+        Rule::KindEvidenceMismatch,
+    ];
+
+    /// The rule's name: a metric label and the word operators see in the audit.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rule::AnalysisIdBlank => "analysis_id_blank",
+            Rule::AnalysisIdDuplicate => "analysis_id_duplicate",
+            Rule::AnalysisKindUnsupported => "analysis_kind_unsupported",
+            Rule::AnalysisTextBlank => "analysis_text_blank",
+            Rule::AnalysisWithoutCalls => "analysis_without_calls",
+            Rule::ReportTextBlank => "report_text_blank",
+            Rule::ReferenceEmpty => "reference_empty",
+            Rule::ReferenceUnknown => "reference_unknown",
+            Rule::CallIdBlank => "call_id_blank",
+            Rule::CallMissing => "call_missing",
+            Rule::CallOtherRun => "call_other_run",
+            Rule::ToolUnsupported => "tool_unsupported",
+            Rule::CallNotReady => "call_not_ready",
+            Rule::CallNoAgentResult => "call_no_agent_result",
+            Rule::CallEvidenceError => "call_evidence_error",
+            Rule::ProjectionInvalid => "projection_invalid",
+            Rule::ProjectionToolMismatch => "projection_tool_mismatch",
+            Rule::ProjectionCallIdMismatch => "projection_call_id_mismatch",
+            Rule::ProjectionStatusMismatch => "projection_status_mismatch",
+            Rule::EvidenceStatusInconsistent => "evidence_status_inconsistent",
+            Rule::KindEvidenceMismatch => "kind_evidence_mismatch",
+        }
+    }
+}
+
+/// One broken rule, for the audit record (operators may see call ids, never raw data).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub rule: Rule,
+    /// Where in the Draft: `conclusion`, `analyses[1]`, `action_plan[0]`, ...
+    pub at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    pub detail: String,
+}
+
+/// What the store loaded for one run: its calls list and every record fetched for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunEvidence {
+    pub run_id: String,
+    /// `P:run:{RUN}:calls`, in the order the calls started.
+    pub calls: Vec<String>,
+    /// Records by call id (the calls list and every id the Draft cites); absent = no record.
+    pub records: HashMap<String, RawRecord>,
+}
+
+/// Every loaded record judged once: usable calls and rejections by call id.
+#[derive(Debug, Clone, Default)]
+pub struct ResolvedRun {
+    pub run_id: String,
+    pub calls: Vec<String>,
+    pub usable: HashMap<String, UsableCall>,
+    pub rejected: HashMap<String, CallRejection>,
+}
+
+impl RunEvidence {
+    /// Judges the calls list and the cited ids; a cited id with no record is "missing".
+    pub fn resolve(&self, cited: &[String]) -> ResolvedRun {
+        let mut resolved = ResolvedRun {
+            run_id: self.run_id.clone(),
+            calls: self.calls.clone(),
+            ..ResolvedRun::default()
+        };
+        for id in self.calls.iter().chain(cited) {
+            if id.trim().is_empty()
+                || resolved.usable.contains_key(id)
+                || resolved.rejected.contains_key(id)
+            {
+                continue;
+            }
+            match resolve_call(&self.run_id, id, self.records.get(id)) {
+                Ok(call) => {
+                    resolved.usable.insert(id.clone(), call);
+                }
+                Err(rejection) => {
+                    resolved.rejected.insert(id.clone(), rejection);
+                }
+            }
+        }
+        resolved
+    }
+}
+
+impl ResolvedRun {
+    /// The usable call behind `id`, or why it is not usable.
+    pub fn lookup(&self, id: &str) -> Result<&UsableCall, CallRejection> {
+        if id.trim().is_empty() {
+            return Err(CallRejection {
+                rule: Rule::CallIdBlank,
+                detail: "a tool call id is blank".into(),
+            });
+        }
+        if let Some(call) = self.usable.get(id) {
+            return Ok(call);
+        }
+        Err(self.rejected.get(id).cloned().unwrap_or(CallRejection {
+            rule: Rule::CallMissing,
+            detail: "no record under this run".into(),
+        }))
+    }
+
+    /// The run's usable calls in call order (the ProgressSnapshot's raw material).
+    pub fn usable_in_call_order(&self) -> Vec<&UsableCall> {
+        let mut seen = HashSet::new();
+        self.calls
+            .iter()
+            .filter(|id| seen.insert(id.as_str()))
+            .filter_map(|id| self.usable.get(id))
+            .collect()
+    }
+}
+
+/// Whether an Analysis kind may cite a call with this evidence status.
+pub fn kind_fits(kind: &AnalysisKind, status: EvidenceStatus) -> bool {
+    matches!(
+        (kind, status),
+        (AnalysisKind::Normal, EvidenceStatus::EvidenceFound)
+            | (AnalysisKind::NegativeObservation, EvidenceStatus::NoEvidence)
+    )
+}
+
+/// The full rule set for a Draft with a conclusion. `Ok` means EvidenceGuard passes.
+pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Violation>> {
+    let mut violations = Vec::new();
+    let mut push = |rule: Rule, at: String, call: Option<&str>, detail: String| {
+        violations.push(Violation {
+            rule,
+            at,
+            tool_call_id: call.map(str::to_string),
+            detail,
+        })
+    };
+
+    let mut id_counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for analysis in &draft.analyses {
+        *id_counts.entry(analysis.id.as_str()).or_default() += 1;
+    }
+    for (i, analysis) in draft.analyses.iter().enumerate() {
+        let at = format!("analyses[{i}]");
+        if analysis.id.trim().is_empty() {
+            push(Rule::AnalysisIdBlank, at.clone(), None, "the analysis id is blank".into());
+        } else if id_counts[analysis.id.as_str()] > 1 {
+            push(
+                Rule::AnalysisIdDuplicate,
+                at.clone(),
+                None,
+                format!("analysis id {:?} is used more than once", analysis.id),
+            );
+        }
+        if let AnalysisKind::Unsupported(kind) = &analysis.kind {
+            push(
+                Rule::AnalysisKindUnsupported,
+                at.clone(),
+                None,
+                format!("kind {kind:?} is neither NORMAL nor NEGATIVE_OBSERVATION"),
+            );
+        }
+        if analysis.text.trim().is_empty() {
+            push(Rule::AnalysisTextBlank, at.clone(), None, "the analysis text is blank".into());
+        }
+        if analysis.tool_call_ids.is_empty() {
+            push(
+                Rule::AnalysisWithoutCalls,
+                at.clone(),
+                None,
+                "the analysis cites no tool call".into(),
+            );
+        }
+        for call_id in &analysis.tool_call_ids {
+            match run.lookup(call_id) {
+                Err(rejection) => push(rejection.rule, at.clone(), Some(call_id), rejection.detail),
+                Ok(call) => {
+                    let unsupported_kind = matches!(analysis.kind, AnalysisKind::Unsupported(_));
+                    if !unsupported_kind && !kind_fits(&analysis.kind, call.evidence_status) {
+                        push(
+                            Rule::KindEvidenceMismatch,
+                            at.clone(),
+                            Some(call_id),
+                            format!(
+                                "a {} analysis cites a {} call",
+                                analysis.kind.as_str(),
+                                call.evidence_status.as_str()
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    let known: HashSet<&str> = draft
+        .analyses
+        .iter()
+        .map(|a| a.id.as_str())
+        .filter(|id| !id.trim().is_empty())
+        .collect();
+    let mut sections: Vec<(String, &str, &[String])> = Vec::new();
+    if let Some(conclusion) = &draft.conclusion {
+        sections.push(("conclusion".into(), &conclusion.text, &conclusion.analysis_refs));
+    }
+    for (i, item) in draft.action_plan.iter().enumerate() {
+        sections.push((format!("action_plan[{i}]"), &item.text, &item.analysis_refs));
+    }
+    for (i, item) in draft.recommendations.iter().enumerate() {
+        sections.push((format!("recommendations[{i}]"), &item.text, &item.analysis_refs));
+    }
+    for (at, text, refs) in sections {
+        if text.trim().is_empty() {
+            push(Rule::ReportTextBlank, at.clone(), None, "the text is blank".into());
+        }
+        if refs.is_empty() {
+            push(Rule::ReferenceEmpty, at.clone(), None, "it references no analysis".into());
+        }
+        for reference in refs {
+            if !known.contains(reference.as_str()) {
+                push(
+                    Rule::ReferenceUnknown,
+                    at.clone(),
+                    None,
+                    format!("it references unknown analysis {reference:?}"),
+                );
+            }
+        }
+    }
+
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(violations)
+    }
+}
+
+/// A cited call that the no-conclusion path excluded, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExcludedReference {
+    pub analysis: String,
+    pub tool_call_id: String,
+    pub rule: Rule,
+    pub detail: String,
+}
+
+/// The no-conclusion path: no structure rules, but every cited call must be a usable
+/// current-run call whose status fits the analysis kind; the others are excluded.
+pub fn review_references(draft: &Draft, run: &ResolvedRun) -> Vec<ExcludedReference> {
+    let mut excluded = Vec::new();
+    for analysis in &draft.analyses {
+        for call_id in &analysis.tool_call_ids {
+            let problem = match run.lookup(call_id) {
+                Err(rejection) => Some((rejection.rule, rejection.detail)),
+                Ok(call) if !kind_fits(&analysis.kind, call.evidence_status) => Some((
+                    Rule::KindEvidenceMismatch,
+                    format!(
+                        "a {} analysis cites a {} call",
+                        analysis.kind.as_str(),
+                        call.evidence_status.as_str()
+                    ),
+                )),
+                Ok(_) => None,
+            };
+            if let Some((rule, detail)) = problem {
+                excluded.push(ExcludedReference {
+                    analysis: analysis.id.clone(),
+                    tool_call_id: call_id.clone(),
+                    rule,
+                    detail,
+                });
+            }
+        }
+    }
+    excluded
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::domain::invocation::tests::{log_found, mysql_none, rag_found, record};
+    use serde_json::json;
+
+    /// A run "r" with a found log call, a no-evidence mysql call and a found rag call.
+    pub(crate) fn run_evidence() -> RunEvidence {
+        let mut records = HashMap::new();
+        records.insert("c-log".to_string(), log_found("r", "c-log"));
+        records.insert("c-sql".to_string(), mysql_none("r", "c-sql"));
+        records.insert("c-rag".to_string(), rag_found("r", "c-rag"));
+        RunEvidence {
+            run_id: "r".into(),
+            calls: vec!["c-log".into(), "c-sql".into(), "c-rag".into()],
+            records,
+        }
+    }
+
+    pub(crate) fn good_draft() -> Draft {
+        Draft::parse_submitted(
+            &json!({
+                "conclusion": {"text": "The orders-db pool is exhausted.", "analysis_refs": ["A1", "A2"]},
+                "analyses": [
+                    {"id": "A1", "kind": "NORMAL", "text": "132 timeout errors in order-api.", "tool_call_ids": ["c-log", "c-rag"]},
+                    {"id": "A2", "kind": "NEGATIVE_OBSERVATION", "text": "No slow queries over 500 ms.", "tool_call_ids": ["c-sql"]}
+                ],
+                "action_plan": [{"text": "Raise the pool size.", "analysis_refs": ["A1"], "requires_human_confirmation": true}],
+                "recommendations": [{"text": "Alert on pool saturation.", "analysis_refs": ["A1", "A2"]}],
+                "limitations": ["Only 10:00-11:00 was searched."],
+                "missing_context": []
+            })
+            .to_string(),
+        )
+        .unwrap()
+    }
+
+    fn rules(draft: &Draft, evidence: &RunEvidence) -> Vec<Rule> {
+        let run = evidence.resolve(&draft.cited_call_ids());
+        match check_concluded(draft, &run) {
+            Ok(()) => vec![],
+            Err(v) => v.into_iter().map(|v| v.rule).collect(),
+        }
+    }
+
+    #[test]
+    fn a_well_formed_draft_with_usable_calls_passes() {
+        assert_eq!(rules(&good_draft(), &run_evidence()), vec![]);
+    }
+
+    #[test]
+    fn blank_and_duplicate_analysis_ids_are_violations() {
+        let mut draft = good_draft();
+        draft.analyses[1].id = "A1".into();
+        assert!(rules(&draft, &run_evidence()).contains(&Rule::AnalysisIdDuplicate));
+        draft.analyses[1].id = "  ".into();
+        let found = rules(&draft, &run_evidence());
+        assert!(found.contains(&Rule::AnalysisIdBlank));
+        assert!(found.contains(&Rule::ReferenceUnknown), "A2 no longer exists");
+    }
+
+    #[test]
+    fn unsupported_kind_blank_text_and_no_calls_are_violations() {
+        let mut draft = good_draft();
+        draft.analyses[0].kind = AnalysisKind::Unsupported("HYPOTHESIS".into());
+        draft.analyses[1].text = " ".into();
+        draft.analyses[1].tool_call_ids.clear();
+        let found = rules(&draft, &run_evidence());
+        assert_eq!(
+            found,
+            vec![
+                Rule::AnalysisKindUnsupported,
+                Rule::AnalysisTextBlank,
+                Rule::AnalysisWithoutCalls
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_or_unknown_references_are_violations_in_every_section() {
+        let mut draft = good_draft();
+        draft.conclusion.as_mut().unwrap().analysis_refs.clear();
+        draft.action_plan[0].analysis_refs = vec!["A9".into()];
+        draft.recommendations[0].analysis_refs = vec!["".into()];
+        let run = run_evidence().resolve(&draft.cited_call_ids());
+        let violations = check_concluded(&draft, &run).unwrap_err();
+        let got: Vec<_> = violations.iter().map(|v| (v.rule, v.at.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Rule::ReferenceEmpty, "conclusion"),
+                (Rule::ReferenceUnknown, "action_plan[0]"),
+                (Rule::ReferenceUnknown, "recommendations[0]"),
+            ]
+        );
+    }
+
+    #[test]
+    fn blank_report_text_is_a_violation() {
+        let mut draft = good_draft();
+        draft.recommendations[0].text = "".into();
+        assert_eq!(rules(&draft, &run_evidence()), vec![Rule::ReportTextBlank]);
+    }
+
+    #[test]
+    fn fabricated_blank_and_cross_run_calls_are_violations() {
+        let mut evidence = run_evidence();
+        evidence.records.insert("c-x".into(), log_found("other-run", "c-x"));
+        let mut draft = good_draft();
+        draft.analyses[0].tool_call_ids = vec!["c-ghost".into(), "c-x".into(), "".into()];
+        assert_eq!(
+            rules(&draft, &evidence),
+            vec![Rule::CallMissing, Rule::CallOtherRun, Rule::CallIdBlank]
+        );
+    }
+
+    #[test]
+    fn kind_must_match_evidence_status() {
+        let mut draft = good_draft();
+        draft.analyses[0].tool_call_ids = vec!["c-sql".into()];
+        draft.analyses[1].tool_call_ids = vec!["c-log".into()];
+        assert_eq!(
+            rules(&draft, &run_evidence()),
+            vec![Rule::KindEvidenceMismatch, Rule::KindEvidenceMismatch]
+        );
+    }
+
+    #[test]
+    fn every_violation_is_reported_not_just_the_first() {
+        let mut draft = good_draft();
+        draft.analyses[0].id = "".into();
+        draft.analyses[1].tool_call_ids = vec!["missing".into()];
+        draft.action_plan[0].analysis_refs.clear();
+        let found = rules(&draft, &run_evidence());
+        assert!(found.len() >= 4, "{found:?}");
+    }
+
+    #[test]
+    fn usable_calls_keep_call_order_and_skip_unusable() {
+        let mut evidence = run_evidence();
+        let mut projecting = record("r", "c-p", "log_search", "NO_EVIDENCE", json!({}));
+        projecting.insert("lifecycle".into(), "PROJECTING".into());
+        evidence.records.insert("c-p".into(), projecting);
+        evidence.calls.insert(1, "c-p".into());
+        evidence.calls.push("c-log".into());
+        let run = evidence.resolve(&[]);
+        let order: Vec<_> = run
+            .usable_in_call_order()
+            .iter()
+            .map(|c| c.tool_call_id.as_str())
+            .collect();
+        assert_eq!(order, vec!["c-log", "c-sql", "c-rag"]);
+        assert_eq!(run.rejected["c-p"].rule, Rule::CallNotReady);
+    }
+
+    #[test]
+    fn rule_names_are_unique_snake_case() {
+        let names: HashSet<_> = Rule::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), Rule::ALL.len());
+        for rule in Rule::ALL {
+            assert_eq!(serde_json::to_value(rule).unwrap(), rule.as_str());
+        }
+    }
+}

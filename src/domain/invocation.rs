@@ -1,0 +1,601 @@
+//! Canonical invocation records and their tool projections (CONTRACT §1).
+//!
+//! Entry point: [`resolve_call`], which turns the HASH fields stored under
+//! `P:run:{RUN}:call:CALL` into a [`UsableCall`] or a [`CallRejection`] naming the first
+//! rule the record breaks. A record is usable only when it belongs to the run, is READY,
+//! and its `agent_result` parses strictly as the projection of its tool and agrees with
+//! the record and with its own data.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::evidence_guard::Rule;
+
+/// The HASH fields of one canonical invocation record, exactly as stored (all strings).
+pub type RawRecord = BTreeMap<String, String>;
+
+/// The tools whose projections the harness understands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolName {
+    RagSearch,
+    LogSearch,
+    MysqlQuery,
+}
+
+impl ToolName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolName::RagSearch => "rag_search",
+            ToolName::LogSearch => "log_search",
+            ToolName::MysqlQuery => "mysql_query",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<ToolName> {
+        match raw {
+            "rag_search" => Some(ToolName::RagSearch),
+            "log_search" => Some(ToolName::LogSearch),
+            "mysql_query" => Some(ToolName::MysqlQuery),
+            _ => None,
+        }
+    }
+}
+
+/// A record's evidence status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EvidenceStatus {
+    EvidenceFound,
+    NoEvidence,
+    Error,
+}
+
+impl EvidenceStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvidenceStatus::EvidenceFound => "EVIDENCE_FOUND",
+            EvidenceStatus::NoEvidence => "NO_EVIDENCE",
+            EvidenceStatus::Error => "ERROR",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<EvidenceStatus> {
+        match raw {
+            "EVIDENCE_FOUND" => Some(EvidenceStatus::EvidenceFound),
+            "NO_EVIDENCE" => Some(EvidenceStatus::NoEvidence),
+            "ERROR" => Some(EvidenceStatus::Error),
+            _ => None,
+        }
+    }
+}
+
+/// `rag_search` projection.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RagProjection {
+    pub tool: String,
+    pub tool_call_id: String,
+    pub evidence_status: EvidenceStatus,
+    pub scope: RagScope,
+    pub hits: Vec<RagHit>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RagScope {
+    pub query: String,
+    #[serde(default)]
+    pub index: Option<String>,
+    pub top_k: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RagHit {
+    pub doc_id: String,
+    #[serde(default)]
+    pub title: Option<String>,
+    pub excerpt: String,
+    #[serde(default)]
+    pub updated_at: Option<String>,
+    #[serde(default)]
+    pub score: Option<f64>,
+}
+
+/// `log_search` projection.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogProjection {
+    pub tool: String,
+    pub tool_call_id: String,
+    pub evidence_status: EvidenceStatus,
+    pub scope: LogScope,
+    pub total_matches: u64,
+    pub entries: Vec<LogEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogScope {
+    pub service: String,
+    pub query: String,
+    pub from: String,
+    pub to: String,
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogEntry {
+    pub timestamp: String,
+    #[serde(default)]
+    pub host: Option<String>,
+    #[serde(default)]
+    pub level: Option<String>,
+    pub message: String,
+}
+
+/// `mysql_query` projection.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MysqlProjection {
+    pub tool: String,
+    pub tool_call_id: String,
+    pub evidence_status: EvidenceStatus,
+    pub scope: MysqlScope,
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Value>>,
+    pub row_count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MysqlScope {
+    pub datasource: String,
+    pub statement: String,
+    #[serde(default)]
+    pub params: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    pub from: Option<String>,
+    #[serde(default)]
+    pub to: Option<String>,
+    pub max_rows: u32,
+}
+
+/// A strictly parsed projection.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Projection {
+    Rag(RagProjection),
+    Log(LogProjection),
+    Mysql(MysqlProjection),
+}
+
+impl Projection {
+    /// The call's sources: each RAG hit's `doc_id`, the log `service`, the MySQL `datasource`.
+    pub fn sources(&self) -> Vec<&str> {
+        match self {
+            Projection::Rag(p) => p.hits.iter().map(|h| h.doc_id.as_str()).collect(),
+            Projection::Log(p) => vec![p.scope.service.as_str()],
+            Projection::Mysql(p) => vec![p.scope.datasource.as_str()],
+        }
+    }
+
+    /// Whether the data shows evidence: at least one item and a positive count.
+    /// `None` when the data is self-contradictory (items without a count or the reverse).
+    fn data_shows_evidence(&self) -> Option<bool> {
+        let (items, count) = match self {
+            Projection::Rag(p) => (p.hits.len(), p.hits.len() as u64),
+            Projection::Log(p) => (p.entries.len(), p.total_matches),
+            Projection::Mysql(p) => (p.rows.len(), p.row_count),
+        };
+        match (items > 0, count > 0) {
+            (true, true) => Some(true),
+            (false, false) => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// A referenced call that passed every rule of CONTRACT §1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsableCall {
+    pub tool_call_id: String,
+    pub tool: ToolName,
+    pub evidence_status: EvidenceStatus,
+    pub projection: Projection,
+    /// The projection's `scope`, unchanged (key order and number forms as the agent wrote them).
+    pub scope: Value,
+    pub finished_at: Option<String>,
+}
+
+/// Why a call is not usable: the rule it breaks and a detail that never quotes raw data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRejection {
+    pub rule: Rule,
+    pub detail: String,
+}
+
+impl CallRejection {
+    fn new(rule: Rule, detail: impl Into<String>) -> Self {
+        CallRejection {
+            rule,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Resolves the record stored under `P:run:{run_id}:call:{call_id}` (None or empty = absent).
+pub fn resolve_call(
+    run_id: &str,
+    call_id: &str,
+    record: Option<&RawRecord>,
+) -> Result<UsableCall, CallRejection> {
+    let record = match record {
+        Some(r) if !r.is_empty() => r,
+        _ => return Err(CallRejection::new(Rule::CallMissing, "no record under this run")),
+    };
+    let field = |name: &str| record.get(name).map(String::as_str);
+    if field("run_id") != Some(run_id) || field("tool_call_id") != Some(call_id) {
+        return Err(CallRejection::new(
+            Rule::CallOtherRun,
+            "the record's run_id or tool_call_id differs from its key",
+        ));
+    }
+    let tool = match field("tool_name").and_then(ToolName::parse) {
+        Some(t) => t,
+        None => {
+            return Err(CallRejection::new(
+                Rule::ToolUnsupported,
+                "tool_name is not rag_search, log_search or mysql_query",
+            ))
+        }
+    };
+    match field("lifecycle") {
+        Some("READY") => {}
+        Some(other @ ("PROJECTING" | "ERROR")) => {
+            return Err(CallRejection::new(
+                Rule::CallNotReady,
+                format!("lifecycle is {other}"),
+            ))
+        }
+        _ => {
+            return Err(CallRejection::new(
+                Rule::CallNotReady,
+                "lifecycle is absent or unknown",
+            ))
+        }
+    }
+    let agent_result = match field("agent_result") {
+        Some(text) if !text.trim().is_empty() => text,
+        _ => {
+            return Err(CallRejection::new(
+                Rule::CallNoAgentResult,
+                "agent_result is absent or empty",
+            ))
+        }
+    };
+    let status = match field("evidence_status").and_then(EvidenceStatus::parse) {
+        Some(EvidenceStatus::Error) => {
+            return Err(CallRejection::new(
+                Rule::CallEvidenceError,
+                "evidence_status is ERROR",
+            ))
+        }
+        Some(s) => s,
+        None => {
+            return Err(CallRejection::new(
+                Rule::CallEvidenceError,
+                "evidence_status is absent or unknown",
+            ))
+        }
+    };
+    let projection_value: Value = serde_json::from_str(agent_result).map_err(|_| {
+        CallRejection::new(Rule::ProjectionInvalid, "agent_result is not valid JSON")
+    })?;
+    let claimed_tool = projection_value.get("tool").and_then(Value::as_str);
+    if claimed_tool != Some(tool.as_str()) {
+        return Err(CallRejection::new(
+            Rule::ProjectionToolMismatch,
+            "the projection's tool differs from the record's tool_name",
+        ));
+    }
+    if projection_value.get("tool_call_id").and_then(Value::as_str) != Some(call_id) {
+        return Err(CallRejection::new(
+            Rule::ProjectionCallIdMismatch,
+            "the projection's tool_call_id differs from the record's",
+        ));
+    }
+    if projection_value.get("evidence_status").and_then(Value::as_str) != Some(status.as_str()) {
+        return Err(CallRejection::new(
+            Rule::ProjectionStatusMismatch,
+            "the projection's evidence_status differs from the record's",
+        ));
+    }
+    let projection = parse_projection(tool, agent_result).map_err(|reason| {
+        CallRejection::new(
+            Rule::ProjectionInvalid,
+            format!("agent_result does not match the {} projection: {reason}", tool.as_str()),
+        )
+    })?;
+    let shows_evidence = projection.data_shows_evidence();
+    let consistent = match status {
+        EvidenceStatus::EvidenceFound => shows_evidence == Some(true),
+        EvidenceStatus::NoEvidence => shows_evidence == Some(false),
+        EvidenceStatus::Error => false,
+    };
+    if !consistent {
+        return Err(CallRejection::new(
+            Rule::EvidenceStatusInconsistent,
+            format!(
+                "{} disagrees with the projection's data",
+                status.as_str()
+            ),
+        ));
+    }
+    let scope = projection_value.get("scope").cloned().unwrap_or(Value::Null);
+    Ok(UsableCall {
+        tool_call_id: call_id.to_string(),
+        tool,
+        evidence_status: status,
+        projection,
+        scope,
+        finished_at: field("finished_at").map(str::to_string),
+    })
+}
+
+/// Strict parse of an `agent_result` as the projection of `tool`. The error names the
+/// field at fault (serde's message), never the value.
+fn parse_projection(tool: ToolName, text: &str) -> Result<Projection, String> {
+    let first_line = |e: serde_json::Error| e.to_string().lines().next().unwrap_or("").to_string();
+    let projection = match tool {
+        ToolName::RagSearch => Projection::Rag(serde_json::from_str(text).map_err(first_line)?),
+        ToolName::LogSearch => Projection::Log(serde_json::from_str(text).map_err(first_line)?),
+        ToolName::MysqlQuery => {
+            let p: MysqlProjection = serde_json::from_str(text).map_err(first_line)?;
+            if p.rows.iter().any(|row| row.len() != p.columns.len()) {
+                return Err("a row's length differs from the number of columns".into());
+            }
+            Projection::Mysql(p)
+        }
+    };
+    Ok(projection)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use serde_json::json;
+
+    pub(crate) fn log_found(run: &str, call: &str) -> RawRecord {
+        record(
+            run,
+            call,
+            "log_search",
+            "EVIDENCE_FOUND",
+            json!({"tool": "log_search", "tool_call_id": call, "evidence_status": "EVIDENCE_FOUND",
+                   "scope": {"service": "order-api", "query": "level:ERROR AND timeout",
+                             "from": "2026-12-01T10:00:00Z", "to": "2026-12-01T11:00:00Z", "limit": 50},
+                   "total_matches": 132,
+                   "entries": [{"timestamp": "2026-12-01T10:05:03Z", "host": "order-api-7", "level": "ERROR",
+                                "message": "upstream timeout after 3000ms calling orders-db"}]}),
+        )
+    }
+
+    pub(crate) fn mysql_none(run: &str, call: &str) -> RawRecord {
+        record(
+            run,
+            call,
+            "mysql_query",
+            "NO_EVIDENCE",
+            json!({"tool": "mysql_query", "tool_call_id": call, "evidence_status": "NO_EVIDENCE",
+                   "scope": {"datasource": "orders-db", "statement": "slow_queries_by_table",
+                             "params": {"min_ms": 500}, "from": "2026-12-01T10:00:00Z",
+                             "to": "2026-12-01T11:00:00Z", "max_rows": 100},
+                   "columns": ["table", "count"], "rows": [], "row_count": 0}),
+        )
+    }
+
+    pub(crate) fn rag_found(run: &str, call: &str) -> RawRecord {
+        record(
+            run,
+            call,
+            "rag_search",
+            "EVIDENCE_FOUND",
+            json!({"tool": "rag_search", "tool_call_id": call, "evidence_status": "EVIDENCE_FOUND",
+                   "scope": {"query": "order-api timeout runbook", "index": "runbooks", "top_k": 5},
+                   "hits": [{"doc_id": "kb-123", "title": "Order API timeouts",
+                             "excerpt": "Pool exhaustion causes 504s.", "updated_at": "2026-11-01T00:00:00Z",
+                             "score": 0.82}]}),
+        )
+    }
+
+    pub(crate) fn record(
+        run: &str,
+        call: &str,
+        tool: &str,
+        status: &str,
+        projection: Value,
+    ) -> RawRecord {
+        [
+            ("run_id", run.to_string()),
+            ("tool_call_id", call.to_string()),
+            ("tool_name", tool.to_string()),
+            ("lifecycle", "READY".to_string()),
+            ("evidence_status", status.to_string()),
+            ("agent_result", projection.to_string()),
+            ("raw_response", format!("RAW-{call}-CANARY")),
+            ("started_at", "2026-12-01T10:05:00Z".to_string()),
+            ("finished_at", "2026-12-01T10:05:01Z".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    fn rule_of(run: &str, call: &str, record: &RawRecord) -> Rule {
+        resolve_call(run, call, Some(record)).unwrap_err().rule
+    }
+
+    fn edit_projection(record: &mut RawRecord, edit: impl FnOnce(&mut Value)) {
+        let mut value: Value = serde_json::from_str(&record["agent_result"]).unwrap();
+        edit(&mut value);
+        record.insert("agent_result".into(), value.to_string());
+    }
+
+    #[test]
+    fn supported_projections_resolve_with_scope_unchanged() {
+        for rec in [log_found("r", "c"), mysql_none("r", "c"), rag_found("r", "c")] {
+            let call = resolve_call("r", "c", Some(&rec)).unwrap();
+            let original: Value = serde_json::from_str(&rec["agent_result"]).unwrap();
+            assert_eq!(call.scope, original["scope"]);
+        }
+        let rag = resolve_call("r", "c", Some(&rag_found("r", "c"))).unwrap();
+        assert_eq!(rag.projection.sources(), vec!["kb-123"]);
+    }
+
+    #[test]
+    fn missing_and_empty_records_are_missing() {
+        assert_eq!(resolve_call("r", "c", None).unwrap_err().rule, Rule::CallMissing);
+        assert_eq!(rule_of("r", "c", &RawRecord::new()), Rule::CallMissing);
+    }
+
+    #[test]
+    fn a_record_of_another_run_is_rejected() {
+        assert_eq!(rule_of("r-42", "c", &log_found("r-41", "c")), Rule::CallOtherRun);
+        assert_eq!(rule_of("r", "c", &log_found("r", "c-other")), Rule::CallOtherRun);
+        let mut no_run = log_found("r", "c");
+        no_run.remove("run_id");
+        assert_eq!(rule_of("r", "c", &no_run), Rule::CallOtherRun);
+    }
+
+    #[test]
+    fn unknown_tools_are_unsupported() {
+        let mut rec = log_found("r", "c");
+        rec.insert("tool_name".into(), "shell_exec".into());
+        assert_eq!(rule_of("r", "c", &rec), Rule::ToolUnsupported);
+    }
+
+    #[test]
+    fn projecting_error_and_unknown_lifecycles_are_not_ready() {
+        for lifecycle in ["PROJECTING", "ERROR", "DONE"] {
+            let mut rec = log_found("r", "c");
+            rec.insert("lifecycle".into(), lifecycle.into());
+            assert_eq!(rule_of("r", "c", &rec), Rule::CallNotReady, "{lifecycle}");
+        }
+    }
+
+    #[test]
+    fn missing_agent_result_is_rejected() {
+        let mut rec = log_found("r", "c");
+        rec.remove("agent_result");
+        assert_eq!(rule_of("r", "c", &rec), Rule::CallNoAgentResult);
+        rec.insert("agent_result".into(), "  ".into());
+        assert_eq!(rule_of("r", "c", &rec), Rule::CallNoAgentResult);
+    }
+
+    #[test]
+    fn error_absent_or_unknown_evidence_status_is_rejected() {
+        for status in [Some("ERROR"), None, Some("MAYBE")] {
+            let mut rec = log_found("r", "c");
+            match status {
+                Some(s) => rec.insert("evidence_status".into(), s.into()),
+                None => rec.remove("evidence_status"),
+            };
+            assert_eq!(rule_of("r", "c", &rec), Rule::CallEvidenceError);
+        }
+    }
+
+    #[test]
+    fn invalid_json_or_schema_is_a_projection_mismatch() {
+        let mut rec = log_found("r", "c");
+        rec.insert("agent_result".into(), "{not json".into());
+        assert_eq!(rule_of("r", "c", &rec), Rule::ProjectionInvalid);
+
+        let mut extra = log_found("r", "c");
+        edit_projection(&mut extra, |v| v["raw"] = json!("x"));
+        assert_eq!(rule_of("r", "c", &extra), Rule::ProjectionInvalid);
+
+        let mut wrong_type = log_found("r", "c");
+        edit_projection(&mut wrong_type, |v| v["total_matches"] = json!("132"));
+        assert_eq!(rule_of("r", "c", &wrong_type), Rule::ProjectionInvalid);
+
+        let mut nested_extra = rag_found("r", "c");
+        edit_projection(&mut nested_extra, |v| v["hits"][0]["url"] = json!("http://x"));
+        assert_eq!(rule_of("r", "c", &nested_extra), Rule::ProjectionInvalid);
+
+        let mut ragged = mysql_none("r", "c");
+        edit_projection(&mut ragged, |v| {
+            v["rows"] = json!([["orders"]]);
+            v["row_count"] = json!(1);
+            v["evidence_status"] = json!("NO_EVIDENCE");
+        });
+        assert_eq!(rule_of("r", "c", &ragged), Rule::ProjectionInvalid);
+    }
+
+    #[test]
+    fn projection_must_agree_with_its_record() {
+        let mut tool = log_found("r", "c");
+        edit_projection(&mut tool, |v| v["tool"] = json!("rag_search"));
+        assert_eq!(rule_of("r", "c", &tool), Rule::ProjectionToolMismatch);
+
+        let mut id = log_found("r", "c");
+        edit_projection(&mut id, |v| v["tool_call_id"] = json!("c-9"));
+        assert_eq!(rule_of("r", "c", &id), Rule::ProjectionCallIdMismatch);
+
+        let mut status = log_found("r", "c");
+        edit_projection(&mut status, |v| v["evidence_status"] = json!("NO_EVIDENCE"));
+        assert_eq!(rule_of("r", "c", &status), Rule::ProjectionStatusMismatch);
+    }
+
+    #[test]
+    fn evidence_status_must_agree_with_the_data() {
+        // found with no entries
+        let mut empty = log_found("r", "c");
+        edit_projection(&mut empty, |v| {
+            v["entries"] = json!([]);
+            v["total_matches"] = json!(0)
+        });
+        assert_eq!(rule_of("r", "c", &empty), Rule::EvidenceStatusInconsistent);
+        // found with entries but a zero count
+        let mut zero = log_found("r", "c");
+        edit_projection(&mut zero, |v| v["total_matches"] = json!(0));
+        assert_eq!(rule_of("r", "c", &zero), Rule::EvidenceStatusInconsistent);
+        // no evidence with rows
+        let mut rows = mysql_none("r", "c");
+        edit_projection(&mut rows, |v| {
+            v["rows"] = json!([["orders", 4]]);
+            v["row_count"] = json!(1)
+        });
+        assert_eq!(rule_of("r", "c", &rows), Rule::EvidenceStatusInconsistent);
+        // rag found without hits
+        let mut rag = rag_found("r", "c");
+        edit_projection(&mut rag, |v| v["hits"] = json!([]));
+        assert_eq!(rule_of("r", "c", &rag), Rule::EvidenceStatusInconsistent);
+    }
+
+    #[test]
+    fn optional_fields_may_be_left_out() {
+        let rec = record(
+            "r",
+            "c",
+            "rag_search",
+            "EVIDENCE_FOUND",
+            json!({"tool": "rag_search", "tool_call_id": "c", "evidence_status": "EVIDENCE_FOUND",
+                   "scope": {"query": "q", "top_k": 1}, "hits": [{"doc_id": "d", "excerpt": "e"}]}),
+        );
+        assert!(resolve_call("r", "c", Some(&rec)).is_ok());
+        let log = record(
+            "r",
+            "c",
+            "log_search",
+            "NO_EVIDENCE",
+            json!({"tool": "log_search", "tool_call_id": "c", "evidence_status": "NO_EVIDENCE",
+                   "scope": {"service": "s", "query": "q", "from": "a", "to": "b", "limit": 1},
+                   "total_matches": 0, "entries": []}),
+        );
+        assert!(resolve_call("r", "c", Some(&log)).is_ok());
+    }
+}

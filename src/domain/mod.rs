@@ -1,0 +1,19 @@
+//! Pure domain logic: no actix, Redis, HTTP or clock in here.
+//!
+//! - [`draft`]: the Draft and its strict parser.
+//! - [`invocation`]: canonical invocation records and tool projections.
+//! - [`evidence_guard`]: EvidenceGuard rules and the no-conclusion reference review.
+//! - [`snapshot`]: the verified snapshot, the ProgressSnapshot and verified sources.
+//! - [`repair_check`]: the comparison a repaired Draft must pass.
+//! - [`release`]: the release decision and the release result.
+//! - [`budget`]: the per-run model budget.
+//! - [`audit`]: the operators' audit record.
+
+pub mod audit;
+pub mod budget;
+pub mod draft;
+pub mod evidence_guard;
+pub mod invocation;
+pub mod release;
+pub mod repair_check;
+pub mod snapshot;

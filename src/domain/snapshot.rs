@@ -1,0 +1,551 @@
+//! What may be shown of the evidence: the verified snapshot and the ProgressSnapshot.
+//!
+//! Entry points: [`VerifiedSnapshot::build`] (only the cited evidence of a Draft that
+//! passed EvidenceGuard, grouped by analysis id, bounded, with no tool call id, Redis key,
+//! raw response or uncited call), [`ProgressSnapshot::build`] (the run's usable calls as
+//! observed facts with summaries written by the harness) and the `verified_sources` lists
+//! of CONTRACT §3.
+
+use std::collections::HashSet;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::draft::{AnalysisKind, Draft};
+use super::evidence_guard::ResolvedRun;
+use super::invocation::{EvidenceStatus, Projection, ToolName, UsableCall};
+
+/// Bounds of the verified snapshot (config section `snapshot`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotLimits {
+    /// Longest excerpt, log message or string cell, in characters.
+    pub max_excerpt_chars: usize,
+    /// RAG hits and log entries kept per call.
+    pub max_entries_per_call: usize,
+    /// MySQL rows kept per call.
+    pub max_rows_per_call: usize,
+}
+
+impl Default for SnapshotLimits {
+    fn default() -> Self {
+        SnapshotLimits {
+            max_excerpt_chars: 600,
+            max_entries_per_call: 10,
+            max_rows_per_call: 20,
+        }
+    }
+}
+
+/// One `verified_sources` entry of a release result.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifiedSource {
+    pub tool: ToolName,
+    pub source: String,
+    pub scope: Value,
+}
+
+/// The evidence SemanticGuard reads, grouped by analysis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VerifiedSnapshot {
+    pub analyses: Vec<AnalysisEvidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnalysisEvidence {
+    pub analysis_id: String,
+    pub kind: AnalysisKind,
+    pub evidence: Vec<EvidenceItem>,
+}
+
+/// One cited call, reduced to what supports or refutes the claim.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvidenceItem {
+    pub tool: ToolName,
+    pub evidence_status: EvidenceStatus,
+    pub scope: Value,
+    /// When the tool call finished (the record's `finished_at`), if recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<String>,
+    #[serde(flatten)]
+    pub data: EvidenceData,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum EvidenceData {
+    Rag {
+        hits: Vec<SnapshotHit>,
+        #[serde(skip_serializing_if = "is_zero")]
+        hits_omitted: usize,
+    },
+    Log {
+        source: String,
+        total_matches: u64,
+        entries: Vec<SnapshotLogEntry>,
+        #[serde(skip_serializing_if = "is_zero")]
+        entries_omitted: usize,
+    },
+    Mysql {
+        source: String,
+        columns: Vec<String>,
+        rows: Vec<Vec<Value>>,
+        row_count: u64,
+        #[serde(skip_serializing_if = "is_zero")]
+        rows_omitted: usize,
+    },
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotHit {
+    pub source: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    pub excerpt: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub excerpt_truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotLogEntry {
+    pub timestamp: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    pub message: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub message_truncated: bool,
+}
+
+/// Cuts `text` to at most `max` characters; says whether it did.
+fn bounded(text: &str, max: usize) -> (String, bool) {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => (text[..cut].to_string(), true),
+        None => (text.to_string(), false),
+    }
+}
+
+fn bounded_cell(cell: &Value, max: usize) -> Value {
+    match cell {
+        Value::String(s) => Value::String(bounded(s, max).0),
+        Value::Array(_) | Value::Object(_) => Value::String(bounded(&cell.to_string(), max).0),
+        other => other.clone(),
+    }
+}
+
+impl EvidenceItem {
+    fn from_call(call: &UsableCall, limits: &SnapshotLimits) -> EvidenceItem {
+        let data = match &call.projection {
+            Projection::Rag(p) => EvidenceData::Rag {
+                hits: p
+                    .hits
+                    .iter()
+                    .take(limits.max_entries_per_call)
+                    .map(|h| {
+                        let (excerpt, excerpt_truncated) =
+                            bounded(&h.excerpt, limits.max_excerpt_chars);
+                        SnapshotHit {
+                            source: h.doc_id.clone(),
+                            title: h.title.clone(),
+                            excerpt,
+                            excerpt_truncated,
+                            updated_at: h.updated_at.clone(),
+                            score: h.score,
+                        }
+                    })
+                    .collect(),
+                hits_omitted: p.hits.len().saturating_sub(limits.max_entries_per_call),
+            },
+            Projection::Log(p) => EvidenceData::Log {
+                source: p.scope.service.clone(),
+                total_matches: p.total_matches,
+                entries: p
+                    .entries
+                    .iter()
+                    .take(limits.max_entries_per_call)
+                    .map(|e| {
+                        let (message, message_truncated) =
+                            bounded(&e.message, limits.max_excerpt_chars);
+                        SnapshotLogEntry {
+                            timestamp: e.timestamp.clone(),
+                            host: e.host.clone(),
+                            level: e.level.clone(),
+                            message,
+                            message_truncated,
+                        }
+                    })
+                    .collect(),
+                entries_omitted: p.entries.len().saturating_sub(limits.max_entries_per_call),
+            },
+            Projection::Mysql(p) => EvidenceData::Mysql {
+                source: p.scope.datasource.clone(),
+                columns: p.columns.clone(),
+                rows: p
+                    .rows
+                    .iter()
+                    .take(limits.max_rows_per_call)
+                    .map(|row| {
+                        row.iter()
+                            .map(|c| bounded_cell(c, limits.max_excerpt_chars))
+                            .collect()
+                    })
+                    .collect(),
+                row_count: p.row_count,
+                rows_omitted: p.rows.len().saturating_sub(limits.max_rows_per_call),
+            },
+        };
+        EvidenceItem {
+            tool: call.tool,
+            evidence_status: call.evidence_status,
+            scope: call.scope.clone(),
+            observed_at: call.finished_at.clone(),
+            data,
+        }
+    }
+
+    /// The item's sources as shown in the snapshot (bounded hits only).
+    fn sources(&self) -> Vec<&str> {
+        match &self.data {
+            EvidenceData::Rag { hits, .. } => hits.iter().map(|h| h.source.as_str()).collect(),
+            EvidenceData::Log { source, .. } | EvidenceData::Mysql { source, .. } => {
+                vec![source.as_str()]
+            }
+        }
+    }
+}
+
+impl VerifiedSnapshot {
+    /// Builds the snapshot of a Draft that passed EvidenceGuard. Calls that are not usable
+    /// (impossible after a pass, but never trusted) are left out.
+    pub fn build(draft: &Draft, run: &ResolvedRun, limits: &SnapshotLimits) -> VerifiedSnapshot {
+        VerifiedSnapshot {
+            analyses: draft
+                .analyses
+                .iter()
+                .map(|analysis| AnalysisEvidence {
+                    analysis_id: analysis.id.clone(),
+                    kind: analysis.kind.clone(),
+                    evidence: analysis
+                        .tool_call_ids
+                        .iter()
+                        .filter_map(|id| run.usable.get(id))
+                        .map(|call| EvidenceItem::from_call(call, limits))
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// `verified_sources` in citation order, one per distinct (tool, source, scope).
+    pub fn verified_sources(&self) -> Vec<VerifiedSource> {
+        distinct_sources(self.analyses.iter().flat_map(|a| a.evidence.iter()).flat_map(
+            |item| {
+                item.sources()
+                    .into_iter()
+                    .map(move |s| (item.tool, s, &item.scope))
+            },
+        ))
+    }
+}
+
+fn distinct_sources<'a>(
+    candidates: impl Iterator<Item = (ToolName, &'a str, &'a Value)>,
+) -> Vec<VerifiedSource> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (tool, source, scope) in candidates {
+        // Scope is compared by its canonical JSON text: Value has no Hash.
+        if seen.insert((tool, source.to_string(), scope.to_string())) {
+            out.push(VerifiedSource {
+                tool,
+                source: source.to_string(),
+                scope: scope.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// One observed fact of an INSUFFICIENT_EVIDENCE result.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObservedFact {
+    pub tool: ToolName,
+    pub evidence_status: EvidenceStatus,
+    pub scope: Value,
+    pub summary: String,
+}
+
+/// The run's completed, verified checks: the most recent `max_facts` usable calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressSnapshot {
+    pub facts: Vec<ObservedFact>,
+    pub verified_sources: Vec<VerifiedSource>,
+}
+
+impl ProgressSnapshot {
+    pub fn build(run: &ResolvedRun, max_facts: usize) -> ProgressSnapshot {
+        let usable = run.usable_in_call_order();
+        let recent = &usable[usable.len().saturating_sub(max_facts)..];
+        ProgressSnapshot {
+            facts: recent
+                .iter()
+                .map(|call| ObservedFact {
+                    tool: call.tool,
+                    evidence_status: call.evidence_status,
+                    scope: call.scope.clone(),
+                    summary: summarize(call),
+                })
+                .collect(),
+            verified_sources: distinct_sources(recent.iter().flat_map(|call| {
+                call.projection
+                    .sources()
+                    .into_iter()
+                    .map(move |s| (call.tool, s, &call.scope))
+            })),
+        }
+    }
+}
+
+/// A one-line account of a completed check, written from the record alone, e.g.
+/// `log_search in order-api, level:ERROR AND timeout, 10:00–11:00: 132 matches`.
+pub fn summarize(call: &UsableCall) -> String {
+    match &call.projection {
+        Projection::Log(p) => format!(
+            "log_search in {}, {}, {}: {}",
+            p.scope.service,
+            p.scope.query,
+            window(&p.scope.from, &p.scope.to),
+            plural(p.total_matches, "match", "matches")
+        ),
+        Projection::Rag(p) => {
+            let place = p
+                .scope
+                .index
+                .as_deref()
+                .map(|i| format!(" in {i}"))
+                .unwrap_or_default();
+            let docs: Vec<&str> = p.hits.iter().map(|h| h.doc_id.as_str()).take(5).collect();
+            let listed = if docs.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", docs.join(", "))
+            };
+            format!(
+                "rag_search{place}, {}: {}{listed}",
+                p.scope.query,
+                plural(p.hits.len() as u64, "hit", "hits")
+            )
+        }
+        Projection::Mysql(p) => {
+            let when = match (&p.scope.from, &p.scope.to) {
+                (Some(from), Some(to)) => format!(", {}", window(from, to)),
+                _ => String::new(),
+            };
+            format!(
+                "mysql_query on {}, {}{when}: {}",
+                p.scope.datasource,
+                p.scope.statement,
+                plural(p.row_count, "row", "rows")
+            )
+        }
+    }
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `10:00–11:00` within one UTC day, full dates otherwise, the raw text if unparseable.
+fn window(from: &str, to: &str) -> String {
+    use chrono::{DateTime, Timelike, Utc};
+    let parse = |s: &str| DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc));
+    match (parse(from), parse(to)) {
+        (Ok(a), Ok(b)) => {
+            let clock = |t: &DateTime<Utc>| {
+                if t.second() == 0 {
+                    t.format("%H:%M").to_string()
+                } else {
+                    t.format("%H:%M:%S").to_string()
+                }
+            };
+            if a.date_naive() == b.date_naive() {
+                format!("{}–{}", clock(&a), clock(&b))
+            } else {
+                format!(
+                    "{} {}–{} {}",
+                    a.format("%Y-%m-%d"),
+                    clock(&a),
+                    b.format("%Y-%m-%d"),
+                    clock(&b)
+                )
+            }
+        }
+        _ => format!("{from}–{to}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::evidence_guard::tests::{good_draft, run_evidence};
+    use crate::domain::invocation::tests::record;
+    use serde_json::json;
+
+    fn snapshot() -> VerifiedSnapshot {
+        let draft = good_draft();
+        let run = run_evidence().resolve(&draft.cited_call_ids());
+        VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default())
+    }
+
+    #[test]
+    fn snapshot_groups_cited_evidence_by_analysis() {
+        let snap = snapshot();
+        assert_eq!(snap.analyses.len(), 2);
+        assert_eq!(snap.analyses[0].analysis_id, "A1");
+        assert_eq!(snap.analyses[0].evidence.len(), 2);
+        assert_eq!(snap.analyses[0].evidence[0].tool, ToolName::LogSearch);
+        assert_eq!(snap.analyses[0].evidence[1].tool, ToolName::RagSearch);
+        assert_eq!(snap.analyses[1].evidence[0].tool, ToolName::MysqlQuery);
+    }
+
+    #[test]
+    fn snapshot_has_source_scope_timestamp_and_exact_excerpt() {
+        let text = serde_json::to_value(snapshot()).unwrap();
+        let log = &text["analyses"][0]["evidence"][0];
+        assert_eq!(log["source"], "order-api");
+        assert_eq!(log["scope"]["query"], "level:ERROR AND timeout");
+        assert_eq!(log["observed_at"], "2026-12-01T10:05:01Z");
+        assert_eq!(log["total_matches"], 132);
+        assert_eq!(
+            log["entries"][0]["message"],
+            "upstream timeout after 3000ms calling orders-db"
+        );
+        let rag = &text["analyses"][0]["evidence"][1];
+        assert_eq!(rag["hits"][0]["source"], "kb-123");
+        assert_eq!(rag["hits"][0]["excerpt"], "Pool exhaustion causes 504s.");
+        let sql = &text["analyses"][1]["evidence"][0];
+        assert_eq!(sql["source"], "orders-db");
+        assert_eq!(sql["row_count"], 0);
+        assert_eq!(sql["scope"]["params"]["min_ms"], 500);
+    }
+
+    #[test]
+    fn snapshot_has_no_ids_keys_raw_responses_or_uncited_calls() {
+        let mut evidence = run_evidence();
+        evidence.calls.push("c-uncited".into());
+        evidence.records.insert(
+            "c-uncited".into(),
+            record("r", "c-uncited", "log_search", "NO_EVIDENCE", json!({})),
+        );
+        let draft = good_draft();
+        let run = evidence.resolve(&draft.cited_call_ids());
+        let text = serde_json::to_string(&VerifiedSnapshot::build(
+            &draft,
+            &run,
+            &SnapshotLimits::default(),
+        ))
+        .unwrap();
+        for canary in ["c-log", "c-sql", "c-rag", "c-uncited", "RAW-", "run:{", "tool_call_id"] {
+            assert!(!text.contains(canary), "{canary} leaked into {text}");
+        }
+    }
+
+    #[test]
+    fn snapshot_is_bounded() {
+        let entries: Vec<_> = (0..30)
+            .map(|i| json!({"timestamp": "2026-12-01T10:00:00Z", "message": format!("{i}{}", "x".repeat(2000))}))
+            .collect();
+        let rec = record(
+            "r",
+            "c",
+            "log_search",
+            "EVIDENCE_FOUND",
+            json!({"tool": "log_search", "tool_call_id": "c", "evidence_status": "EVIDENCE_FOUND",
+                   "scope": {"service": "s", "query": "q", "from": "a", "to": "b", "limit": 30},
+                   "total_matches": 30, "entries": entries}),
+        );
+        let mut evidence = run_evidence();
+        evidence.records.insert("c".into(), rec);
+        let mut draft = good_draft();
+        draft.analyses[0].tool_call_ids = vec!["c".into()];
+        let run = evidence.resolve(&draft.cited_call_ids());
+        let limits = SnapshotLimits {
+            max_excerpt_chars: 100,
+            max_entries_per_call: 3,
+            max_rows_per_call: 2,
+        };
+        let snap = serde_json::to_value(VerifiedSnapshot::build(&draft, &run, &limits)).unwrap();
+        let item = &snap["analyses"][0]["evidence"][0];
+        assert_eq!(item["entries"].as_array().unwrap().len(), 3);
+        assert_eq!(item["entries_omitted"], 27);
+        assert_eq!(item["entries"][0]["message"].as_str().unwrap().chars().count(), 100);
+        assert_eq!(item["entries"][0]["message_truncated"], true);
+    }
+
+    #[test]
+    fn verified_sources_follow_citation_order_and_are_distinct() {
+        let mut draft = good_draft();
+        draft.analyses[1].tool_call_ids = vec!["c-sql".into()];
+        draft.analyses[0].tool_call_ids = vec!["c-rag".into(), "c-log".into(), "c-rag".into()];
+        let run = run_evidence().resolve(&draft.cited_call_ids());
+        let sources = VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default())
+            .verified_sources();
+        let got: Vec<_> = sources.iter().map(|s| (s.tool.as_str(), s.source.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("rag_search", "kb-123"),
+                ("log_search", "order-api"),
+                ("mysql_query", "orders-db")
+            ]
+        );
+        let keys: Vec<_> = serde_json::to_value(&sources[0])
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(keys, ["tool", "source", "scope"]);
+    }
+
+    #[test]
+    fn progress_snapshot_keeps_the_most_recent_usable_calls_with_summaries() {
+        let run = run_evidence().resolve(&[]);
+        let progress = ProgressSnapshot::build(&run, 2);
+        let summaries: Vec<_> = progress.facts.iter().map(|f| f.summary.as_str()).collect();
+        assert_eq!(
+            summaries,
+            vec![
+                "mysql_query on orders-db, slow_queries_by_table, 10:00–11:00: 0 rows",
+                "rag_search in runbooks, order-api timeout runbook: 1 hit (kb-123)",
+            ]
+        );
+        let all = ProgressSnapshot::build(&run, 20);
+        assert_eq!(
+            all.facts[0].summary,
+            "log_search in order-api, level:ERROR AND timeout, 10:00–11:00: 132 matches"
+        );
+        let sources: Vec<_> = all.verified_sources.iter().map(|s| s.source.as_str()).collect();
+        assert_eq!(sources, vec!["order-api", "orders-db", "kb-123"]);
+    }
+
+    #[test]
+    fn windows_across_days_show_dates() {
+        assert_eq!(
+            window("2026-12-01T23:00:00Z", "2026-12-02T01:30:15Z"),
+            "2026-12-01 23:00–2026-12-02 01:30:15"
+        );
+        assert_eq!(window("yesterday", "now"), "yesterday–now");
+    }
+}
