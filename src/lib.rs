@@ -2,5 +2,14 @@
 //!
 //! - [`domain`]: pure rules: Draft parsing, EvidenceGuard, snapshots, repair comparison,
 //!   the release decision, budgets and the audit record.
+//! - [`store`]: Redis and in-memory stores (key schema, records, results, locks, cancels).
+//! - [`config`]: typed, layered, validated configuration.
+//! - [`telemetry`]: metric names, the Prometheus recorder, tracing.
 
+pub mod config;
+pub mod actors;
+pub mod check;
 pub mod domain;
+pub mod model;
+pub mod store;
+pub mod telemetry;

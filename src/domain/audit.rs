@@ -251,6 +251,24 @@ impl Audit {
         }
     }
 
+    /// Takes what a domain decision wrote into a scratch audit of the same run.
+    pub fn absorb(&mut self, notes: Audit) {
+        if notes.path.is_some() {
+            self.path = notes.path;
+        }
+        if notes.draft_error.is_some() {
+            self.draft_error = notes.draft_error;
+        }
+        self.violations.extend(notes.violations);
+        self.excluded_references.extend(notes.excluded_references);
+        if notes.repair.is_some() {
+            self.repair = notes.repair;
+        }
+        if notes.verdict.is_some() {
+            self.verdict = notes.verdict;
+        }
+    }
+
     /// Time spent waiting on the model, summed over attempts.
     pub fn model_wait_ms(&self) -> u64 {
         self.model_attempts.iter().map(|a| a.latency_ms).sum()

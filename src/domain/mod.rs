@@ -5,6 +5,7 @@
 //! - [`evidence_guard`]: EvidenceGuard rules and the no-conclusion reference review.
 //! - [`snapshot`]: the verified snapshot, the ProgressSnapshot and verified sources.
 //! - [`repair_check`]: the comparison a repaired Draft must pass.
+//! - [`request`]: a release request and its validation.
 //! - [`release`]: the release decision and the release result.
 //! - [`budget`]: the per-run model budget.
 //! - [`audit`]: the operators' audit record.
@@ -16,4 +17,5 @@ pub mod evidence_guard;
 pub mod invocation;
 pub mod release;
 pub mod repair_check;
+pub mod request;
 pub mod snapshot;

@@ -1,0 +1,169 @@
+//! One model attempt under the run's guards, shared by the Repair and SemanticGuard
+//! actors: the cancel marker is checked, the per-call input limit and the run budget must
+//! allow it, the call is bounded by a timeout, and the attempt is reported to the
+//! supervisor (audit and metrics) whatever its end.
+
+use std::time::{Duration, Instant};
+
+use actix::{Addr, Recipient};
+
+use super::budget::{BudgetActor, Reserve, Settle, Usage};
+use super::supervisor::{AttemptRecorded, AttemptStarted};
+use crate::domain::audit::{AttemptOutcome, CancelSource, ModelAttempt, ModelRole};
+use crate::domain::budget::{estimate_tokens, Cost};
+use crate::model::verdict::{read_completion, usage, AnswerError};
+use crate::model::{ModelClient, PreparedRequest};
+use crate::store::{Store, StoreError};
+
+/// What an attempt needs from its run.
+#[derive(Clone)]
+pub struct AttemptContext {
+    pub role: ModelRole,
+    pub run_id: String,
+    pub client: ModelClient,
+    pub store: Store,
+    pub budget: Addr<BudgetActor>,
+    pub started: Recipient<AttemptStarted>,
+    pub recorded: Recipient<AttemptRecorded>,
+}
+
+/// Per-call bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptLimits {
+    pub max_input_bytes: u64,
+    pub max_output_bytes: u64,
+    pub timeout: Duration,
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptResult<T> {
+    /// A valid answer.
+    Answer(T),
+    /// A technical failure: timeout, transport, parse or schema.
+    Failed(AttemptOutcome),
+    /// A limit or the run budget forbade sending.
+    Denied,
+    Cancelled(CancelSource),
+    Store(StoreError),
+}
+
+/// Runs attempt `number`: marker, limit, budget, send within `limits.timeout`, parse.
+pub async fn attempt<T>(
+    ctx: &AttemptContext,
+    number: u32,
+    request: &PreparedRequest,
+    limits: AttemptLimits,
+    parse: impl Fn(&str) -> Result<T, AnswerError>,
+) -> AttemptResult<T> {
+    match ctx.store.is_cancelled(&ctx.run_id).await {
+        Ok(true) => return AttemptResult::Cancelled(CancelSource::Marker),
+        Ok(false) => {}
+        Err(e) => return AttemptResult::Store(e),
+    }
+    let request_bytes = request.len_bytes();
+    let denied = |detail: String| ModelAttempt {
+        role: ctx.role,
+        attempt: number,
+        outcome: AttemptOutcome::BudgetDenied,
+        detail: Some(detail),
+        latency_ms: 0,
+        prompt_tokens: None,
+        completion_tokens: None,
+        request_bytes,
+        response_bytes: 0,
+    };
+    if request_bytes > limits.max_input_bytes {
+        let usage = ctx.budget.send(Usage).await.unwrap_or_default();
+        ctx.recorded.do_send(AttemptRecorded {
+            attempt: denied(format!(
+                "the request is {request_bytes} bytes, over the {}-byte input limit",
+                limits.max_input_bytes
+            )),
+            budget: usage,
+        });
+        return AttemptResult::Denied;
+    }
+    let estimate = Cost {
+        tokens: estimate_tokens(request_bytes) + u64::from(request.max_output_tokens),
+        bytes: request_bytes + limits.max_output_bytes,
+    };
+    let reservation = match ctx.budget.send(Reserve(estimate)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(why)) => {
+            let usage = ctx.budget.send(Usage).await.unwrap_or_default();
+            ctx.recorded.do_send(AttemptRecorded {
+                attempt: denied(why.to_string()),
+                budget: usage,
+            });
+            return AttemptResult::Denied;
+        }
+        Err(_) => return AttemptResult::Denied,
+    };
+
+    ctx.started.do_send(AttemptStarted {
+        role: ctx.role,
+        attempt: number,
+        request_bytes,
+    });
+    let began = Instant::now();
+    let sent = tokio::time::timeout(limits.timeout, ctx.client.send(request)).await;
+    let latency = began.elapsed();
+
+    let mut tokens = (None, None);
+    let mut response_bytes = 0;
+    let (outcome, detail, answer) = match sent {
+        Err(_) => (
+            AttemptOutcome::Timeout,
+            Some(format!("no answer within {} ms", limits.timeout.as_millis())),
+            None,
+        ),
+        Ok(Err(failure)) => (failure.class, Some(failure.detail), None),
+        Ok(Ok(envelope)) => {
+            tokens = usage(&envelope);
+            match read_completion(&envelope, limits.max_output_bytes) {
+                Err(e) => (e.class, Some(e.detail), None),
+                Ok(completion) => {
+                    response_bytes = completion.content.len() as u64;
+                    match parse(&completion.content) {
+                        Ok(value) => (AttemptOutcome::Ok, None, Some(value)),
+                        Err(e) => (e.class, Some(e.detail), None),
+                    }
+                }
+            }
+        }
+    };
+    let actual = match tokens {
+        (Some(p), Some(c)) => Some(Cost {
+            tokens: p + c,
+            bytes: request_bytes + response_bytes,
+        }),
+        _ => None,
+    };
+    let budget = ctx
+        .budget
+        .send(Settle {
+            reservation,
+            actual,
+        })
+        .await
+        .unwrap_or_default();
+    ctx.recorded.do_send(AttemptRecorded {
+        attempt: ModelAttempt {
+            role: ctx.role,
+            attempt: number,
+            outcome,
+            detail,
+            latency_ms: latency.as_millis() as u64,
+            prompt_tokens: tokens.0,
+            completion_tokens: tokens.1,
+            request_bytes,
+            response_bytes,
+        },
+        budget,
+    });
+    match answer {
+        Some(value) => AttemptResult::Answer(value),
+        None => AttemptResult::Failed(outcome),
+    }
+}

@@ -1,0 +1,76 @@
+//! The CancelListener: subscribes to `P:cancel` on its own Redis connection and forwards
+//! every published run id to the registry, so a cancel on any replica reaches the one
+//! running the release. It re-subscribes (with backoff) whenever the connection drops.
+
+use std::time::Duration;
+
+use actix::{Actor, ActorContext, AsyncContext, Context, Handler, Message, Addr, SpawnHandle, WrapFuture};
+
+use super::registry::{CancelRun, RunRegistry};
+use crate::domain::audit::CancelSource;
+use crate::store::RedisStore;
+
+pub struct CancelListener {
+    store: RedisStore,
+    registry: Addr<RunRegistry>,
+    /// The subscription loop; stopping the actor drops it and its connection.
+    listening: Option<SpawnHandle>,
+}
+
+impl CancelListener {
+    pub fn new(store: RedisStore, registry: Addr<RunRegistry>) -> Self {
+        CancelListener {
+            store,
+            registry,
+            listening: None,
+        }
+    }
+}
+
+async fn listen(store: RedisStore, registry: Addr<RunRegistry>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match store.subscribe_cancels().await {
+            Ok(mut subscription) => {
+                backoff = Duration::from_millis(100);
+                tracing::info!("subscribed to cancel channel");
+                while let Some(run_id) = subscription.next_run_id().await {
+                    registry.do_send(CancelRun {
+                        run_id,
+                        source: CancelSource::Pubsub,
+                    });
+                }
+                tracing::warn!("cancel subscription lost; re-subscribing");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot subscribe to cancel channel; retrying");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+impl Actor for CancelListener {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let work = listen(self.store.clone(), self.registry.clone());
+        self.listening = Some(ctx.spawn(work.into_actor(self)));
+    }
+}
+
+/// Stops listening (shutdown).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct StopListening;
+
+impl Handler<StopListening> for CancelListener {
+    type Result = ();
+    fn handle(&mut self, _: StopListening, ctx: &mut Self::Context) {
+        if let Some(handle) = self.listening.take() {
+            ctx.cancel_future(handle);
+        }
+        ctx.stop();
+    }
+}

@@ -1,0 +1,111 @@
+//! The per-run actor tree (ARCHITECTURE.md): a process-wide [`RunRegistry`] starts one
+//! [`RunSupervisor`] per release; the supervisor starts the run's EvidenceGuard, Repair,
+//! SemanticGuard and Budget actors, owns every pending model future through them, and
+//! stops them all when the run ends. `Cancel` aborts pending model calls (their HTTP
+//! requests are dropped) and answers CANCELLED.
+//!
+//! Messages are small named types next to the actor that handles them.
+
+mod attempt;
+pub mod budget;
+pub mod cancel_listener;
+pub mod evidence_guard;
+pub mod registry;
+pub mod repair;
+pub mod semantic_guard;
+pub mod supervisor;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+pub use cancel_listener::CancelListener;
+pub use registry::{CancelRun, Drain, InFlight, RunRegistry, StartRelease};
+
+use crate::config::Config;
+use crate::domain::audit::CancelSource;
+pub use crate::domain::request::ReleaseRequest;
+use crate::domain::release::ReleaseResult;
+use crate::model::ModelClient;
+use crate::store::{Store, StoreError};
+
+/// What every run shares: configuration, the store and the model client (None when
+/// `model.base_url` is empty).
+#[derive(Clone)]
+pub struct Harness {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub model: Option<ModelClient>,
+}
+
+impl Harness {
+    pub fn new(config: Config, store: Store) -> Result<Harness, String> {
+        let model = if config.model_configured() {
+            Some(ModelClient::new(&config.model)?)
+        } else {
+            None
+        };
+        Ok(Harness {
+            config: Arc::new(config),
+            store,
+            model,
+        })
+    }
+}
+
+/// A release that produced no result; nothing was stored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseError {
+    #[error("a release of this run is already in flight")]
+    InFlight,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the stored release result cannot be read: {0}")]
+    StoredResultUnreadable(String),
+    #[error("the service is shutting down")]
+    ShuttingDown,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// The answer to a release: the result and its JSON exactly as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Released {
+    pub result: ReleaseResult,
+    pub json: String,
+    /// True when this is a stored result returned again (no new release ran).
+    pub replayed: bool,
+}
+
+/// How a model step ended for the supervisor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepOutcome<T> {
+    Done(T),
+    Cancelled(CancelSource),
+    Store(StoreError),
+}
+
+/// Live actors of the run tree, for the leak checks of tests and soak runs.
+static LIVE_ACTORS: AtomicUsize = AtomicUsize::new(0);
+
+pub fn live_actors() -> usize {
+    LIVE_ACTORS.load(Ordering::SeqCst)
+}
+
+fn actor_started() {
+    LIVE_ACTORS.fetch_add(1, Ordering::SeqCst);
+}
+
+fn actor_stopped() {
+    LIVE_ACTORS.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Asks a child to stop (sent by the supervisor when its run ends).
+#[derive(actix::Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct StopChild;
+
+/// Aborts the child's pending model future, if any, and stops it (sent by the supervisor
+/// on Cancel). The HTTP request of the aborted call is dropped, closing its connection.
+#[derive(actix::Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct AbortChild;

@@ -1,0 +1,148 @@
+//! The Repair actor: at most one direct, no-tool model call that may fix ids and
+//! references of a concluded Draft that failed EvidenceGuard. It owns the pending call;
+//! [`AbortChild`] drops it.
+
+use std::time::Duration;
+
+use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseFuture, SpawnHandle, WrapFuture};
+use tokio::sync::oneshot;
+
+use super::attempt::{attempt, AttemptContext, AttemptLimits, AttemptResult};
+use super::{AbortChild, StepOutcome, StopChild};
+use crate::config::{RepairConfig, StructuredOutput};
+use crate::domain::draft::Draft;
+use crate::domain::evidence_guard::Violation;
+use crate::domain::release::RepairFailure;
+use crate::model::prompts::{repair_request, RequestShape, UsableCallRef};
+use crate::model::verdict::parse_repaired_draft;
+
+pub struct RepairActor {
+    context: AttemptContext,
+    settings: RepairConfig,
+    model_name: String,
+    structured_output: StructuredOutput,
+    /// Set once the one repair has been asked for: a second request is refused.
+    used: bool,
+    /// The pending repair future; cancelling it drops the HTTP request in flight.
+    pending: Option<SpawnHandle>,
+}
+
+impl RepairActor {
+    pub fn new(
+        context: AttemptContext,
+        settings: RepairConfig,
+        model_name: String,
+        structured_output: StructuredOutput,
+    ) -> Self {
+        RepairActor {
+            context,
+            settings,
+            model_name,
+            structured_output,
+            used: false,
+            pending: None,
+        }
+    }
+}
+
+impl Actor for RepairActor {
+    type Context = Context<Self>;
+    fn started(&mut self, _: &mut Self::Context) {
+        super::actor_started();
+    }
+    fn stopped(&mut self, _: &mut Self::Context) {
+        super::actor_stopped();
+    }
+}
+
+/// Sent by the supervisor after the first EvidenceGuard failure of a concluded Draft.
+/// Answers the candidate Draft (parsed strictly, not yet compared) or why there is none.
+#[derive(Message)]
+#[rtype(result = "StepOutcome<Result<Draft, RepairFailure>>")]
+pub struct RepairDraft {
+    pub draft: Draft,
+    pub violations: Vec<Violation>,
+    pub usable: Vec<UsableCallRef>,
+}
+
+async fn repair(
+    context: AttemptContext,
+    settings: RepairConfig,
+    model_name: String,
+    structured_output: StructuredOutput,
+    msg: RepairDraft,
+) -> StepOutcome<Result<Draft, RepairFailure>> {
+    let shape = RequestShape {
+        model: &model_name,
+        structured_output,
+        max_output_tokens: settings.max_output_tokens,
+    };
+    let request = match repair_request(&shape, &msg.draft, &msg.violations, &msg.usable) {
+        Ok(r) => r,
+        Err(e) => return StepOutcome::Done(Err(RepairFailure(format!("cannot build the request: {e}")))),
+    };
+    let limits = AttemptLimits {
+        max_input_bytes: settings.max_input_bytes,
+        max_output_bytes: settings.max_output_bytes,
+        timeout: Duration::from_millis(settings.timeout_ms),
+    };
+    match attempt(&context, 1, &request, limits, parse_repaired_draft).await {
+        AttemptResult::Answer(draft) => StepOutcome::Done(Ok(draft)),
+        AttemptResult::Failed(class) => StepOutcome::Done(Err(RepairFailure(format!(
+            "the repair call failed ({})",
+            class.as_str()
+        )))),
+        AttemptResult::Denied => StepOutcome::Done(Err(RepairFailure(
+            "a limit or the run budget denied the repair call".into(),
+        ))),
+        AttemptResult::Cancelled(source) => StepOutcome::Cancelled(source),
+        AttemptResult::Store(e) => StepOutcome::Store(e),
+    }
+}
+
+impl Handler<RepairDraft> for RepairActor {
+    type Result = ResponseFuture<StepOutcome<Result<Draft, RepairFailure>>>;
+
+    fn handle(&mut self, msg: RepairDraft, ctx: &mut Self::Context) -> Self::Result {
+        if std::mem::replace(&mut self.used, true) {
+            return Box::pin(async {
+                StepOutcome::Done(Err(RepairFailure("the one repair was already used".into())))
+            });
+        }
+        let (tx, rx) = oneshot::channel();
+        let work = repair(
+            self.context.clone(),
+            self.settings.clone(),
+            self.model_name.clone(),
+            self.structured_output,
+            msg,
+        );
+        let handle = ctx.spawn(work.into_actor(self).map(|outcome, actor, _| {
+            actor.pending = None;
+            let _ = tx.send(outcome);
+        }));
+        self.pending = Some(handle);
+        Box::pin(async move {
+            rx.await.unwrap_or_else(|_| {
+                StepOutcome::Done(Err(RepairFailure("the repair was aborted".into())))
+            })
+        })
+    }
+}
+
+impl Handler<AbortChild> for RepairActor {
+    type Result = ();
+    fn handle(&mut self, _: AbortChild, ctx: &mut Self::Context) {
+        if let Some(handle) = self.pending.take() {
+            ctx.cancel_future(handle);
+        }
+        ctx.stop();
+    }
+}
+
+impl Handler<StopChild> for RepairActor {
+    type Result = ();
+    fn handle(&mut self, _: StopChild, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}

@@ -1,0 +1,158 @@
+//! The SemanticGuard actor: an isolated single-turn judge. It builds the request bytes
+//! once, sends them at most `semantic_guard.max_attempts` times (retrying only timeout,
+//! transport, parse and schema failures) within `semantic_guard.total_timeout_ms`, and
+//! owns the pending call: [`AbortChild`] drops it, closing its HTTP connection.
+
+use std::time::Duration;
+
+use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseFuture, SpawnHandle, WrapFuture};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::attempt::{attempt, AttemptContext, AttemptLimits, AttemptResult};
+use super::{AbortChild, StepOutcome, StopChild};
+use crate::config::{SemanticGuardConfig, StructuredOutput};
+use crate::domain::release::{Judgeable, Judgement};
+use crate::model::prompts::{new_nonce, semantic_request, RequestShape};
+use crate::model::verdict::parse_verdict;
+
+pub struct SemanticGuardActor {
+    context: AttemptContext,
+    settings: SemanticGuardConfig,
+    model_name: String,
+    structured_output: StructuredOutput,
+    /// The pending judgement future; cancelling it drops the HTTP request in flight.
+    pending: Option<SpawnHandle>,
+}
+
+impl SemanticGuardActor {
+    pub fn new(
+        context: AttemptContext,
+        settings: SemanticGuardConfig,
+        model_name: String,
+        structured_output: StructuredOutput,
+    ) -> Self {
+        SemanticGuardActor {
+            context,
+            settings,
+            model_name,
+            structured_output,
+            pending: None,
+        }
+    }
+}
+
+impl Actor for SemanticGuardActor {
+    type Context = Context<Self>;
+    fn started(&mut self, _: &mut Self::Context) {
+        super::actor_started();
+    }
+    fn stopped(&mut self, _: &mut Self::Context) {
+        super::actor_stopped();
+    }
+}
+
+/// Sent by the supervisor once EvidenceGuard passed: judge this Draft against its
+/// snapshot. Answers the judgement after all permitted attempts, or how it was cut short.
+#[derive(Message)]
+#[rtype(result = "StepOutcome<Judgement>")]
+pub struct Judge {
+    pub query: String,
+    pub judged: Judgeable,
+}
+
+async fn judge(
+    context: AttemptContext,
+    settings: SemanticGuardConfig,
+    model_name: String,
+    structured_output: StructuredOutput,
+    msg: Judge,
+) -> StepOutcome<Judgement> {
+    let shape = RequestShape {
+        model: &model_name,
+        structured_output,
+        max_output_tokens: settings.max_output_tokens,
+    };
+    let request = match semantic_request(
+        &shape,
+        &msg.query,
+        &msg.judged.draft,
+        &msg.judged.snapshot,
+        &new_nonce(),
+    ) {
+        Ok(r) => r,
+        Err(_) => return StepOutcome::Done(Judgement::Unavailable),
+    };
+    let deadline = Instant::now() + Duration::from_millis(settings.total_timeout_ms);
+    let attempt_timeout = Duration::from_millis(settings.attempt_timeout_ms);
+    for number in 1..=settings.max_attempts {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            break;
+        }
+        let limits = AttemptLimits {
+            max_input_bytes: settings.max_input_bytes,
+            max_output_bytes: settings.max_output_bytes,
+            timeout: attempt_timeout.min(remaining),
+        };
+        match attempt(&context, number, &request, limits, parse_verdict).await {
+            AttemptResult::Answer(verdict) if verdict.supported => {
+                return StepOutcome::Done(Judgement::Supported {
+                    reason: verdict.reason,
+                })
+            }
+            AttemptResult::Answer(verdict) => {
+                return StepOutcome::Done(Judgement::Unsupported {
+                    reason: verdict.reason,
+                })
+            }
+            AttemptResult::Failed(_) => continue,
+            AttemptResult::Denied => return StepOutcome::Done(Judgement::Unavailable),
+            AttemptResult::Cancelled(source) => return StepOutcome::Cancelled(source),
+            AttemptResult::Store(e) => return StepOutcome::Store(e),
+        }
+    }
+    StepOutcome::Done(Judgement::Unavailable)
+}
+
+impl Handler<Judge> for SemanticGuardActor {
+    type Result = ResponseFuture<StepOutcome<Judgement>>;
+
+    fn handle(&mut self, msg: Judge, ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        let work = judge(
+            self.context.clone(),
+            self.settings.clone(),
+            self.model_name.clone(),
+            self.structured_output,
+            msg,
+        );
+        let handle = ctx.spawn(work.into_actor(self).map(|outcome, actor, _| {
+            actor.pending = None;
+            let _ = tx.send(outcome);
+        }));
+        self.pending = Some(handle);
+        // If the work is aborted, the sender is dropped; the supervisor has moved on by then.
+        Box::pin(async move {
+            rx.await
+                .unwrap_or(StepOutcome::Done(Judgement::Unavailable))
+        })
+    }
+}
+
+impl Handler<AbortChild> for SemanticGuardActor {
+    type Result = ();
+    fn handle(&mut self, _: AbortChild, ctx: &mut Self::Context) {
+        if let Some(handle) = self.pending.take() {
+            ctx.cancel_future(handle);
+        }
+        ctx.stop();
+    }
+}
+
+impl Handler<StopChild> for SemanticGuardActor {
+    type Result = ();
+    fn handle(&mut self, _: StopChild, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}

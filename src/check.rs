@@ -1,0 +1,302 @@
+//! `release-harness check BUNDLE.json`: one release, offline, from a run bundle
+//! (CONTRACT §6), through the same actor tree as the service, over an in-memory store.
+//!
+//! Entry points: [`RunBundle::parse`] (strict; a bad bundle is exit 2), [`run_check`]
+//! (the release, with its audit record) and [`describe`] (the readable account on stderr).
+
+use std::collections::{BTreeMap, HashMap};
+
+use actix::Actor;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::actors::{Harness, RunRegistry, StartRelease};
+use crate::config::Config;
+use crate::domain::invocation::RawRecord;
+use crate::domain::release::{Outcome, ReleaseResult};
+use crate::domain::request::{release_request, ReleaseRequest, RequestError};
+use crate::store::{MemoryStore, Store};
+
+/// One canonical invocation record of a bundle: the HASH fields, all strings, any absent.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BundleInvocation {
+    run_id: Option<String>,
+    tool_call_id: Option<String>,
+    tool_name: Option<String>,
+    lifecycle: Option<String>,
+    evidence_status: Option<String>,
+    agent_result: Option<String>,
+    raw_response: Option<String>,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    /// Store under this run's key instead of the record's own `run_id`.
+    stored_under: Option<String>,
+}
+
+/// A run bundle: the release request and the run's invocation records.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunBundle {
+    run_id: String,
+    query: Option<String>,
+    stop_reason: Option<String>,
+    draft: Option<Box<RawValue>>,
+    #[serde(default)]
+    invocations: Vec<BundleInvocation>,
+    /// Explicit calls lists by run id (else: the run's invocations in bundle order).
+    #[serde(default)]
+    calls: BTreeMap<String, Vec<String>>,
+}
+
+/// Why a bundle cannot be released (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the bundle is not valid: {0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Request(#[from] RequestError),
+}
+
+impl RunBundle {
+    pub fn parse(text: &str) -> Result<RunBundle, BundleError> {
+        if !text.trim_start().starts_with('{') {
+            return Err(BundleError::Invalid("a bundle is a JSON object".into()));
+        }
+        serde_json::from_str(text).map_err(|e| BundleError::Invalid(e.to_string()))
+    }
+
+    /// The request, validated as the API validates it.
+    pub fn request(&self) -> Result<ReleaseRequest, BundleError> {
+        Ok(release_request(
+            &self.run_id,
+            self.query.as_deref(),
+            self.stop_reason.as_deref(),
+            self.draft.as_deref().map(RawValue::get),
+        )?)
+    }
+
+    /// An in-memory store holding the bundle's records and calls lists.
+    pub fn store(&self) -> Result<MemoryStore, BundleError> {
+        let store = MemoryStore::new();
+        let mut lists: HashMap<String, Vec<String>> = HashMap::new();
+        for (i, inv) in self.invocations.iter().enumerate() {
+            let call = inv.tool_call_id.clone().ok_or_else(|| {
+                BundleError::Invalid(format!("invocations[{i}] has no tool_call_id"))
+            })?;
+            let under = inv
+                .stored_under
+                .clone()
+                .or_else(|| inv.run_id.clone())
+                .unwrap_or_else(|| self.run_id.clone());
+            let fields = [
+                ("run_id", &inv.run_id),
+                ("tool_call_id", &inv.tool_call_id),
+                ("tool_name", &inv.tool_name),
+                ("lifecycle", &inv.lifecycle),
+                ("evidence_status", &inv.evidence_status),
+                ("agent_result", &inv.agent_result),
+                ("raw_response", &inv.raw_response),
+                ("started_at", &inv.started_at),
+                ("finished_at", &inv.finished_at),
+            ];
+            let record: RawRecord = fields
+                .into_iter()
+                .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
+                .collect();
+            store.insert_record(&under, &call, record);
+            lists.entry(under).or_default().push(call);
+        }
+        for (run, calls) in &self.calls {
+            lists.insert(run.clone(), calls.clone());
+        }
+        for (run, calls) in lists {
+            store.set_calls(&run, calls);
+        }
+        Ok(store)
+    }
+}
+
+/// What `check` prints: the result, its JSON, and the audit record.
+pub struct CheckOutput {
+    pub result: ReleaseResult,
+    pub json: String,
+    pub audit: Value,
+}
+
+impl CheckOutput {
+    /// 0 for SUCCESS, 1 for FALLBACK or CANCELLED.
+    pub fn exit_code(&self) -> i32 {
+        match self.result.outcome {
+            Outcome::Success => 0,
+            Outcome::Fallback | Outcome::Cancelled => 1,
+        }
+    }
+}
+
+/// Releases the bundle's run through the actor tree. Must run inside an actix System.
+pub async fn run_check(config: Config, bundle: &RunBundle) -> Result<CheckOutput, String> {
+    let request = bundle.request().map_err(|e| e.to_string())?;
+    let memory = bundle.store().map_err(|e| e.to_string())?;
+    let store = Store::Memory(memory);
+    let harness = Harness::new(config, store.clone())?;
+    let registry = RunRegistry::new(harness).start();
+    let run_id = request.run_id.clone();
+    let released = registry
+        .send(StartRelease(request))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let audit = store
+        .get_audit(&run_id)
+        .await
+        .map_err(|e| e.to_string())?
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::Null);
+    Ok(CheckOutput {
+        result: released.result,
+        json: released.json,
+        audit,
+    })
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// A readable account of the release, step by step, from its audit record.
+pub fn describe(audit: &Value, model_configured: bool) -> String {
+    let mut out = Vec::new();
+    out.push(format!("run {}: stop reason {}", text(&audit["run_id"]), text(&audit["stop_reason"])));
+    match audit["path"].as_str() {
+        Some("controlled_stop") => out.push("- controlled stop: released deterministically from the ProgressSnapshot; no model call".into()),
+        Some("draft_unparseable") => out.push(format!(
+            "- the Draft was rejected by strict parsing ({}); only the ProgressSnapshot is used, nothing of the Draft",
+            text(&audit["draft_error"])
+        )),
+        Some("missing_context") => out.push("- no conclusion, no tool calls, missing context named: asking for it; no model call".into()),
+        Some("no_conclusion") => out.push("- no conclusion: released from the ProgressSnapshot; no repair, no semantic review".into()),
+        Some("concluded") => out.push("- concluded Draft: EvidenceGuard checks structure, references and every cited call".into()),
+        _ => {}
+    }
+    if let Some(excluded) = audit["excluded_references"].as_array().filter(|e| !e.is_empty()) {
+        out.push(format!("- {} cited call(s) excluded, never published:", excluded.len()));
+        for e in excluded {
+            out.push(format!(
+                "    {} cites {}: {} ({})",
+                text(&e["analysis"]), text(&e["tool_call_id"]), text(&e["rule"]), text(&e["detail"])
+            ));
+        }
+    }
+    let violations = audit["violations"].as_array().cloned().unwrap_or_default();
+    if audit["path"] == "concluded" {
+        if violations.is_empty() {
+            out.push("- EvidenceGuard passed".into());
+        } else {
+            out.push(format!("- EvidenceGuard failed with {} violation(s):", violations.len()));
+            for v in &violations {
+                let call = v.get("tool_call_id").map(|c| format!(" call {}", text(c))).unwrap_or_default();
+                out.push(format!("    {} at {}{call}: {}", text(&v["rule"]), text(&v["at"]), text(&v["detail"])));
+            }
+        }
+    }
+    if let Some(repair) = audit.get("repair").filter(|r| !r.is_null()) {
+        let verdict = if repair["accepted"] == true { "accepted" } else { "rejected" };
+        if repair["ran"] == true {
+            out.push(format!("- repair {verdict}: {}", text(&repair["reason"])));
+        } else {
+            out.push(format!("- repair not run: {}", text(&repair["reason"])));
+        }
+        for v in repair["violations_after"].as_array().into_iter().flatten() {
+            out.push(format!("    still {} at {}: {}", text(&v["rule"]), text(&v["at"]), text(&v["detail"])));
+        }
+    }
+    for a in audit["model_attempts"].as_array().into_iter().flatten() {
+        let detail = a.get("detail").map(|d| format!(" ({})", text(d))).unwrap_or_default();
+        out.push(format!(
+            "- model {} attempt {}: {}{detail}, {} ms, {} request bytes, tokens {}/{}",
+            text(&a["role"]), text(&a["attempt"]), text(&a["outcome"]), text(&a["latency_ms"]),
+            text(&a["request_bytes"]), text(&a["prompt_tokens"]), text(&a["completion_tokens"])
+        ));
+    }
+    if let Some(verdict) = audit.get("verdict").filter(|v| !v.is_null()) {
+        out.push(format!("- SemanticGuard: {} ({})", text(&verdict["verdict"]), text(&verdict["reason"])));
+    } else if audit["fallback_type"] == "SEMANTIC_UNAVAILABLE" {
+        if model_configured {
+            out.push("- SemanticGuard unavailable: no permitted attempt gave a valid verdict".into());
+        } else {
+            out.push("- SemanticGuard unavailable: no model is configured (model.base_url is empty), so the release fails closed".into());
+        }
+    }
+    let b = &audit["budget"];
+    out.push(format!(
+        "- budget: {}/{} calls, {}/{} tokens, {}/{} bytes",
+        text(&b["model_calls"]), text(&b["max_model_calls"]), text(&b["tokens"]), text(&b["max_tokens"]),
+        text(&b["bytes"]), text(&b["max_bytes"])
+    ));
+    let fallback = audit["fallback_type"].as_str().map(|f| format!(" {f}")).unwrap_or_default();
+    out.push(format!(
+        "=> {}{fallback} in {} ms ({} ms waiting on the model)",
+        text(&audit["outcome"]), text(&audit["timings"]["total_ms"]), text(&audit["timings"]["model_wait_ms"])
+    ));
+    out.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle(json: &str) -> RunBundle {
+        RunBundle::parse(json).unwrap()
+    }
+
+    #[test]
+    fn records_go_under_their_own_run_or_stored_under() {
+        let b = bundle(
+            r#"{"run_id": "r1", "query": "q", "draft": {"conclusion": null, "analyses": []},
+                "invocations": [
+                  {"run_id": "r1", "tool_call_id": "a", "lifecycle": "READY"},
+                  {"run_id": "r0", "tool_call_id": "b"},
+                  {"run_id": "r0", "tool_call_id": "c", "stored_under": "r1"}]}"#,
+        );
+        let store = b.store().unwrap();
+        assert_eq!(store_calls(&store, "r1"), vec!["a", "c"]);
+        assert_eq!(store_calls(&store, "r0"), vec!["b"]);
+    }
+
+    #[test]
+    fn explicit_calls_lists_win() {
+        let b = bundle(
+            r#"{"run_id": "r1", "query": "q", "draft": "x", "calls": {"r1": ["z", "a"]},
+                "invocations": [{"run_id": "r1", "tool_call_id": "a"}]}"#,
+        );
+        assert_eq!(store_calls(&b.store().unwrap(), "r1"), vec!["z", "a"]);
+    }
+
+    #[test]
+    fn bad_bundles_are_errors() {
+        assert!(RunBundle::parse(r#"{"run_id": "r1", "extra": 1}"#).is_err());
+        assert!(RunBundle::parse(r#"{"run_id": "r1", "invocations": [{"tool_call_id": 5}]}"#).is_err());
+        let no_id = bundle(r#"{"run_id": "r1", "query": "q", "draft": "x", "invocations": [{"run_id": "r1"}]}"#);
+        assert!(no_id.store().is_err());
+        let bad_run = bundle(r#"{"run_id": "r 1", "query": "q", "draft": "x"}"#);
+        assert!(matches!(bad_run.request(), Err(BundleError::Request(RequestError::InvalidRunId))));
+        let bad_stop = bundle(r#"{"run_id": "r1", "query": "q", "draft": "x", "stop_reason": "NOPE"}"#);
+        assert!(bad_stop.request().is_err());
+    }
+
+    fn store_calls(store: &MemoryStore, run: &str) -> Vec<String> {
+        let s = Store::Memory(store.clone());
+        futures::executor::block_on(s.load_evidence(run, &[], 100)).unwrap().calls
+    }
+}

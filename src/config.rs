@@ -1,0 +1,390 @@
+//! Typed configuration (CONTRACT §5), layered and validated once at start-up.
+//!
+//! Entry point: [`Config::load`]: the compiled-in `config/default.toml`, then the TOML file
+//! named in `HARNESS_CONFIG`, then `HARNESS__SECTION__KEY` environment variables. Nothing
+//! else in the crate reads the environment or a config file.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::Deserialize;
+
+use crate::domain::budget::BudgetLimits;
+use crate::domain::release::ReleasePolicy;
+use crate::domain::snapshot::SnapshotLimits;
+
+/// Keys whose values are text, however they look.
+const STRING_KEYS: [&str; 7] = [
+    "server.listen",
+    "server.api_token",
+    "redis.url",
+    "redis.key_prefix",
+    "model.base_url",
+    "model.name",
+    "model.api_key",
+];
+
+/// The documented defaults, compiled in.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub redis: RedisConfig,
+    pub model: ModelConfig,
+    pub semantic_guard: SemanticGuardConfig,
+    pub repair: RepairConfig,
+    pub budget: BudgetConfig,
+    pub progress: ProgressConfig,
+    pub snapshot: SnapshotConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address and port to listen on.
+    pub listen: String,
+    /// Bearer token of every /v1 route; empty only on loopback.
+    pub api_token: String,
+    /// Largest request body (413 above).
+    pub max_body_bytes: usize,
+    /// Time a client has to send its request head and body (408 after).
+    pub client_request_timeout_ms: u64,
+    /// Drain time for in-flight releases on SIGTERM.
+    pub shutdown_drain_ms: u64,
+    /// HTTP workers; 0 = one per core.
+    pub workers: usize,
+    /// "text" or "json".
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// redis:// URL.
+    pub url: String,
+    /// Prefix P of every key.
+    pub key_prefix: String,
+    /// Per-command response timeout.
+    pub response_timeout_ms: u64,
+    /// (Re)connection timeout.
+    pub connection_timeout_ms: u64,
+    /// TTL of stored results, audit records and harness-set cancel markers.
+    pub result_ttl_seconds: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredOutput {
+    JsonSchema,
+    JsonObject,
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// OpenAI-compatible base URL without trailing slash; empty = no model configured.
+    pub base_url: String,
+    /// Model name of every request.
+    pub name: String,
+    /// API key; empty sends none.
+    pub api_key: String,
+    /// How `response_format` is set.
+    pub structured_output: StructuredOutput,
+    /// TCP connect timeout.
+    pub connect_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SemanticGuardConfig {
+    /// One attempt's timeout.
+    pub attempt_timeout_ms: u64,
+    /// All attempts together.
+    pub total_timeout_ms: u64,
+    /// Attempts in all (technical failures only are retried).
+    pub max_attempts: u32,
+    /// Largest request body sent.
+    pub max_input_bytes: u64,
+    /// Largest accepted verdict content.
+    pub max_output_bytes: u64,
+    /// `max_tokens` of the request.
+    pub max_output_tokens: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepairConfig {
+    /// The one repair call's timeout.
+    pub timeout_ms: u64,
+    /// Largest request body sent.
+    pub max_input_bytes: u64,
+    /// Largest accepted repaired Draft.
+    pub max_output_bytes: u64,
+    /// `max_tokens` of the request.
+    pub max_output_tokens: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    /// Model calls per run.
+    pub max_model_calls: u32,
+    /// Tokens per run.
+    pub max_tokens: u64,
+    /// Bytes per run.
+    pub max_bytes: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressConfig {
+    /// Observed facts shown at most.
+    pub max_facts: usize,
+    /// Most recent calls of a run read at most.
+    pub max_calls: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotConfig {
+    /// Longest excerpt, message or cell, in characters.
+    pub max_excerpt_chars: usize,
+    /// RAG hits and log entries per call.
+    pub max_entries_per_call: usize,
+    /// MySQL rows per call.
+    pub max_rows_per_call: usize,
+}
+
+/// A configuration that cannot be used, with the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(Box<figment::Error>),
+    #[error("configuration key {key}: {problem}")]
+    Invalid { key: &'static str, problem: String },
+}
+
+impl Config {
+    /// Defaults, then `HARNESS_CONFIG`, then `HARNESS__*` variables; validated.
+    pub fn load() -> Result<Config, ConfigError> {
+        Config::from_figment(Config::figment())
+    }
+
+    /// The layered sources, for callers (tests) that want to add their own on top.
+    pub fn figment() -> Figment {
+        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Ok(path) = std::env::var("HARNESS_CONFIG") {
+            if !path.is_empty() {
+                figment = figment.merge(Toml::file_exact(path));
+            }
+        }
+        figment = figment.merge(Env::prefixed("HARNESS__").split("__"));
+        // figment types environment values by their look ("012345" becomes the number
+        // 12345); string keys take the variable's text exactly.
+        for key in STRING_KEYS {
+            let var = format!("HARNESS__{}", key.replace('.', "__").to_uppercase());
+            if let Ok(text) = std::env::var(var) {
+                figment = figment.merge(Serialized::default(key, text));
+            }
+        }
+        figment
+    }
+
+    pub fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The defaults alone (tests and benches start from here).
+    pub fn defaults() -> Config {
+        match Config::from_figment(Figment::from(Toml::string(DEFAULT_TOML))) {
+            Ok(config) => config,
+            Err(e) => panic!("config/default.toml is invalid: {e}"),
+        }
+    }
+
+    /// Checks every cross-key rule once, so nothing later has to.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &'static str, problem: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                problem: problem.to_string(),
+            })
+        };
+        if self.listen_addr().is_err() {
+            return invalid("server.listen", "must be an address:port such as 127.0.0.1:8080");
+        }
+        if self.server.max_body_bytes == 0 {
+            return invalid("server.max_body_bytes", "must be positive");
+        }
+        if self.redis.key_prefix.is_empty() {
+            return invalid("redis.key_prefix", "must not be empty");
+        }
+        if !self.redis.url.starts_with("redis://")
+            && !self.redis.url.starts_with("rediss://")
+            && !self.redis.url.starts_with("unix://")
+        {
+            return invalid("redis.url", "must start with redis://, rediss:// or unix://");
+        }
+        if self.redis.response_timeout_ms == 0 || self.redis.connection_timeout_ms == 0 {
+            return invalid("redis.response_timeout_ms", "timeouts must be positive");
+        }
+        if self.model.base_url.ends_with('/') {
+            return invalid("model.base_url", "must not end with '/' (\"/chat/completions\" is appended)");
+        }
+        if !self.model.base_url.is_empty()
+            && !self.model.base_url.starts_with("http://")
+            && !self.model.base_url.starts_with("https://")
+        {
+            return invalid("model.base_url", "must be an http:// or https:// URL, or empty");
+        }
+        let sg = &self.semantic_guard;
+        if sg.max_attempts == 0 {
+            return invalid("semantic_guard.max_attempts", "must be at least 1");
+        }
+        if sg.attempt_timeout_ms == 0 || sg.total_timeout_ms == 0 || self.repair.timeout_ms == 0 {
+            return invalid("semantic_guard.attempt_timeout_ms", "timeouts must be positive");
+        }
+        if sg.max_output_tokens == 0 || self.repair.max_output_tokens == 0 {
+            return invalid("semantic_guard.max_output_tokens", "must be positive");
+        }
+        if self.snapshot.max_excerpt_chars == 0 || self.snapshot.max_entries_per_call == 0 {
+            return invalid("snapshot.max_excerpt_chars", "snapshot bounds must be positive");
+        }
+        Ok(())
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, std::net::AddrParseError> {
+        self.server.listen.parse()
+    }
+
+    pub fn model_configured(&self) -> bool {
+        !self.model.base_url.is_empty()
+    }
+
+    pub fn release_policy(&self) -> ReleasePolicy {
+        ReleasePolicy {
+            snapshot: SnapshotLimits {
+                max_excerpt_chars: self.snapshot.max_excerpt_chars,
+                max_entries_per_call: self.snapshot.max_entries_per_call,
+                max_rows_per_call: self.snapshot.max_rows_per_call,
+            },
+            max_facts: self.progress.max_facts,
+        }
+    }
+
+    pub fn budget_limits(&self) -> BudgetLimits {
+        BudgetLimits {
+            max_model_calls: self.budget.max_model_calls,
+            max_tokens: self.budget.max_tokens,
+            max_bytes: self.budget.max_bytes,
+        }
+    }
+
+    /// The longest a release can take: one repair, the whole SemanticGuard, and slack for
+    /// Redis round trips. The in-flight lock lives longer than this.
+    pub fn longest_release(&self) -> Duration {
+        Duration::from_millis(
+            self.repair.timeout_ms
+                + self.semantic_guard.total_timeout_ms
+                + 8 * self.redis.response_timeout_ms
+                + 5_000,
+        )
+    }
+
+    /// Expiry of the in-flight lock: twice the longest release, so a crashed replica's lock
+    /// frees itself but a live release never loses it.
+    pub fn lock_ttl(&self) -> Duration {
+        self.longest_release() * 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let c = Config::defaults();
+        assert_eq!(c.semantic_guard.attempt_timeout_ms, 20000);
+        assert_eq!(c.semantic_guard.total_timeout_ms, 45000);
+        assert_eq!(c.semantic_guard.max_attempts, 2);
+        assert_eq!(c.semantic_guard.max_input_bytes, 65536);
+        assert_eq!(c.semantic_guard.max_output_bytes, 4096);
+        assert_eq!(c.semantic_guard.max_output_tokens, 512);
+        assert_eq!(c.repair.timeout_ms, 20000);
+        assert_eq!(c.budget.max_model_calls, 3);
+        assert_eq!(c.budget.max_tokens, 32000);
+        assert_eq!(c.budget.max_bytes, 262144);
+        assert_eq!(c.progress.max_facts, 20);
+        assert_eq!(c.redis.key_prefix, "aiops");
+        assert_eq!(c.model.structured_output, StructuredOutput::JsonSchema);
+        assert!(!c.model_configured());
+    }
+
+    #[test]
+    fn file_then_environment_override_the_defaults() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "override.toml",
+                "[semantic_guard]\nattempt_timeout_ms = 700\n[server]\napi_token = \"from-file\"\n",
+            )?;
+            jail.set_env("HARNESS_CONFIG", "override.toml");
+            jail.set_env("HARNESS__SEMANTIC_GUARD__TOTAL_TIMEOUT_MS", "900");
+            jail.set_env("HARNESS__SERVER__API_TOKEN", "012345");
+            jail.set_env("HARNESS__MODEL__STRUCTURED_OUTPUT", "json_object");
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.semantic_guard.attempt_timeout_ms, 700);
+            assert_eq!(c.semantic_guard.total_timeout_ms, 900);
+            assert_eq!(c.server.api_token, "012345", "a numeric token stays the same string");
+            assert_eq!(c.model.structured_output, StructuredOutput::JsonObject);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_rejected() {
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__SEMANTIC_GUARD__ATEMPT_TIMEOUT_MS", "5");
+            assert!(Config::load().is_err(), "a typo is an error");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__MODEL__BASE_URL", "http://localhost:8000/v1/");
+            let err = Config::load().unwrap_err().to_string();
+            assert!(err.contains("model.base_url"), "{err}");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__SEMANTIC_GUARD__MAX_ATTEMPTS", "0");
+            assert!(Config::load().is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_lock_outlives_the_longest_release() {
+        let c = Config::defaults();
+        assert!(c.lock_ttl() > c.longest_release());
+        assert!(
+            c.longest_release()
+                > Duration::from_millis(c.repair.timeout_ms + c.semantic_guard.total_timeout_ms)
+        );
+    }
+}

@@ -1,0 +1,10 @@
+//! The model adapter: request building ([`prompts`]), the HTTP client ([`client`]) and
+//! strict answer reading ([`verdict`]). Retry, timeouts, budgets and cancellation are the
+//! actors' job (`actors::semantic_guard`, `actors::repair`).
+
+pub mod client;
+pub mod prompts;
+pub mod verdict;
+
+pub use client::{ModelClient, SendFailure};
+pub use prompts::PreparedRequest;

@@ -1,0 +1,108 @@
+//! The in-memory store: `check` fills it from a run bundle; unit tests use it directly.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::Preflight;
+use crate::domain::invocation::RawRecord;
+
+#[derive(Debug, Default)]
+struct Data {
+    calls: HashMap<String, Vec<String>>,
+    records: HashMap<(String, String), RawRecord>,
+    cancelled: HashSet<String>,
+    results: HashMap<String, (String, String)>,
+    locks: HashMap<String, String>,
+}
+
+/// A process-local store with the same meaning as the Redis one. Cloning shares the data.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    data: Arc<Mutex<Data>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+
+    fn data(&self) -> MutexGuard<'_, Data> {
+        // A panic while holding this lock leaves plain maps behind; keep using them.
+        self.data.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Stores a record under `P:run:{run}:call:{call}` (as the agent's tool layer would).
+    pub fn insert_record(&self, run: &str, call: &str, record: RawRecord) {
+        self.data()
+            .records
+            .insert((run.to_string(), call.to_string()), record);
+    }
+
+    /// Replaces the run's calls list.
+    pub fn set_calls(&self, run: &str, calls: Vec<String>) {
+        self.data().calls.insert(run.to_string(), calls);
+    }
+
+    pub(super) fn preflight(&self, run: &str) -> Preflight {
+        let data = self.data();
+        Preflight {
+            stored_result: data.results.get(run).map(|(r, _)| r.clone()),
+            cancelled: data.cancelled.contains(run),
+        }
+    }
+
+    pub(super) fn calls(&self, run: &str, max_calls: usize) -> Vec<String> {
+        let data = self.data();
+        let calls = data.calls.get(run).map(Vec::as_slice).unwrap_or_default();
+        calls[calls.len().saturating_sub(max_calls)..].to_vec()
+    }
+
+    pub(super) fn records(&self, run: &str, ids: &[String]) -> HashMap<String, RawRecord> {
+        let data = self.data();
+        ids.iter()
+            .filter_map(|id| {
+                data.records
+                    .get(&(run.to_string(), id.clone()))
+                    .map(|r| (id.clone(), r.clone()))
+            })
+            .collect()
+    }
+
+    pub(super) fn is_cancelled(&self, run: &str) -> bool {
+        self.data().cancelled.contains(run)
+    }
+
+    pub(super) fn cancel(&self, run: &str) {
+        self.data().cancelled.insert(run.to_string());
+    }
+
+    pub(super) fn get_result(&self, run: &str) -> Option<String> {
+        self.data().results.get(run).map(|(r, _)| r.clone())
+    }
+
+    pub(super) fn get_audit(&self, run: &str) -> Option<String> {
+        self.data().results.get(run).map(|(_, a)| a.clone())
+    }
+
+    pub(super) fn put_result(&self, run: &str, result: &str, audit: &str) {
+        self.data()
+            .results
+            .insert(run.to_string(), (result.to_string(), audit.to_string()));
+    }
+
+    pub(super) fn try_lock(&self, run: &str, token: &str) -> bool {
+        let mut data = self.data();
+        if data.locks.contains_key(run) {
+            return false;
+        }
+        data.locks.insert(run.to_string(), token.to_string());
+        true
+    }
+
+    pub(super) fn unlock(&self, run: &str, token: &str) {
+        let mut data = self.data();
+        if data.locks.get(run).map(String::as_str) == Some(token) {
+            data.locks.remove(run);
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The store: where invocation records are read and release results are kept.
+//!
+//! [`Store`] is either [`RedisStore`] (the service; CONTRACT §1 key schema) or
+//! [`MemoryStore`] (`check` and unit tests). Both answer the same questions with the same
+//! meaning; the key schema lives in [`Keys`]. A failed operation is a [`StoreError`] and
+//! changes nothing the caller relies on.
+
+mod memory;
+mod redis;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+pub use self::memory::MemoryStore;
+pub use self::redis::{CancelSubscription, RedisStore};
+
+use crate::domain::evidence_guard::RunEvidence;
+use crate::domain::invocation::RawRecord;
+
+/// The key schema (CONTRACT §1). The run id sits in `{}` so every key of a run shares a
+/// Redis Cluster slot.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Self {
+        Keys {
+            prefix: prefix.to_string(),
+        }
+    }
+    pub fn calls(&self, run: &str) -> String {
+        format!("{}:run:{{{run}}}:calls", self.prefix)
+    }
+    pub fn call(&self, run: &str, call: &str) -> String {
+        format!("{}:run:{{{run}}}:call:{call}", self.prefix)
+    }
+    pub fn cancelled(&self, run: &str) -> String {
+        format!("{}:run:{{{run}}}:cancelled", self.prefix)
+    }
+    pub fn release(&self, run: &str) -> String {
+        format!("{}:release:{{{run}}}", self.prefix)
+    }
+    pub fn audit(&self, run: &str) -> String {
+        format!("{}:release:{{{run}}}:audit", self.prefix)
+    }
+    /// The in-flight lock (`SET NX PX`); not part of the contract's table, same slot.
+    pub fn lock(&self, run: &str) -> String {
+        format!("{}:release:{{{run}}}:lock", self.prefix)
+    }
+    pub fn cancel_channel(&self) -> String {
+        format!("{}:cancel", self.prefix)
+    }
+}
+
+/// A store operation that failed; the `op` is the metric label.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("store operation {op} failed: {message}")]
+pub struct StoreError {
+    pub op: &'static str,
+    pub message: String,
+}
+
+/// What a release needs to know before it starts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Preflight {
+    /// The stored release result, as stored.
+    pub stored_result: Option<String>,
+    /// The durable cancel marker is present.
+    pub cancelled: bool,
+}
+
+/// Ids that can name a record: blank ids never reach the store.
+fn lookup_ids<'a>(ids: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    ids.filter(|id| !id.trim().is_empty())
+        .filter(|id| seen.insert(id.as_str()))
+        .cloned()
+        .collect()
+}
+
+#[derive(Clone)]
+pub enum Store {
+    Memory(MemoryStore),
+    Redis(RedisStore),
+}
+
+impl Store {
+    /// Stored result and cancel marker, in one round trip.
+    pub async fn preflight(&self, run: &str) -> Result<Preflight, StoreError> {
+        match self {
+            Store::Memory(s) => Ok(s.preflight(run)),
+            Store::Redis(s) => s.preflight(run).await,
+        }
+    }
+
+    /// The run's calls list (its most recent `max_calls`) and the records of those calls
+    /// and of every cited id: the list in one round trip, the records in one pipeline.
+    pub async fn load_evidence(
+        &self,
+        run: &str,
+        cited: &[String],
+        max_calls: usize,
+    ) -> Result<RunEvidence, StoreError> {
+        let calls = match self {
+            Store::Memory(s) => s.calls(run, max_calls),
+            Store::Redis(s) => s.calls(run, max_calls).await?,
+        };
+        let ids = lookup_ids(calls.iter().chain(cited));
+        let records = self.load_records(run, &ids).await?;
+        Ok(RunEvidence {
+            run_id: run.to_string(),
+            calls,
+            records,
+        })
+    }
+
+    /// Adds the records of `ids` that `evidence` does not hold yet (a repaired Draft may
+    /// cite other ids).
+    pub async fn complete_evidence(
+        &self,
+        evidence: &mut RunEvidence,
+        ids: &[String],
+    ) -> Result<(), StoreError> {
+        let missing = lookup_ids(ids.iter().filter(|id| !evidence.records.contains_key(*id)));
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let found = self.load_records(&evidence.run_id, &missing).await?;
+        evidence.records.extend(found);
+        Ok(())
+    }
+
+    async fn load_records(
+        &self,
+        run: &str,
+        ids: &[String],
+    ) -> Result<HashMap<String, RawRecord>, StoreError> {
+        match self {
+            Store::Memory(s) => Ok(s.records(run, ids)),
+            Store::Redis(s) => s.records(run, ids).await,
+        }
+    }
+
+    pub async fn is_cancelled(&self, run: &str) -> Result<bool, StoreError> {
+        match self {
+            Store::Memory(s) => Ok(s.is_cancelled(run)),
+            Store::Redis(s) => s.is_cancelled(run).await,
+        }
+    }
+
+    /// Sets the durable cancel marker and publishes the run id on `P:cancel`.
+    pub async fn cancel(&self, run: &str) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(s) => {
+                s.cancel(run);
+                Ok(())
+            }
+            Store::Redis(s) => s.cancel(run).await,
+        }
+    }
+
+    pub async fn get_result(&self, run: &str) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Memory(s) => Ok(s.get_result(run)),
+            Store::Redis(s) => s.get_result(run).await,
+        }
+    }
+
+    pub async fn get_audit(&self, run: &str) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Memory(s) => Ok(s.get_audit(run)),
+            Store::Redis(s) => s.get_audit(run).await,
+        }
+    }
+
+    /// Stores the result and its audit record together (both or neither).
+    pub async fn put_result(&self, run: &str, result: &str, audit: &str) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(s) => {
+                s.put_result(run, result, audit);
+                Ok(())
+            }
+            Store::Redis(s) => s.put_result(run, result, audit).await,
+        }
+    }
+
+    /// Takes the in-flight lock of a run for `ttl`; false if another release holds it.
+    pub async fn try_lock(&self, run: &str, token: &str, ttl: Duration) -> Result<bool, StoreError> {
+        match self {
+            Store::Memory(s) => Ok(s.try_lock(run, token)),
+            Store::Redis(s) => s.try_lock(run, token, ttl).await,
+        }
+    }
+
+    /// Frees the lock if `token` still holds it.
+    pub async fn unlock(&self, run: &str, token: &str) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(s) => {
+                s.unlock(run, token);
+                Ok(())
+            }
+            Store::Redis(s) => s.unlock(run, token).await,
+        }
+    }
+
+    /// Whether the store answers (`/readyz`).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(_) => Ok(()),
+            Store::Redis(s) => s.ping().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_contract_with_hash_tags() {
+        let k = Keys::new("aiops");
+        assert_eq!(k.calls("r-42"), "aiops:run:{r-42}:calls");
+        assert_eq!(k.call("r-42", "c-7"), "aiops:run:{r-42}:call:c-7");
+        assert_eq!(k.cancelled("r-42"), "aiops:run:{r-42}:cancelled");
+        assert_eq!(k.release("r-42"), "aiops:release:{r-42}");
+        assert_eq!(k.audit("r-42"), "aiops:release:{r-42}:audit");
+        assert_eq!(k.cancel_channel(), "aiops:cancel");
+    }
+
+    #[test]
+    fn blank_and_repeated_ids_are_not_looked_up() {
+        let ids = ["a".to_string(), " ".into(), "b".into(), "a".into()];
+        assert_eq!(lookup_ids(ids.iter()), vec!["a", "b"]);
+    }
+}

@@ -1,0 +1,229 @@
+//! Every metric name in one place (CONTRACT §7), their descriptions, the Prometheus
+//! recorder, and tracing set-up.
+//!
+//! Entry points: [`install_metrics`] (once per process; later calls share the handle),
+//! [`init_tracing`], and one small function per event the rest of the crate records.
+//! No label ever holds a run id, call id or free text.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::config::{Config, LogFormat};
+use crate::domain::audit::{AttemptOutcome, CancelSource, ModelRole};
+use crate::domain::evidence_guard::Rule;
+use crate::domain::release::{FallbackType, Outcome};
+
+pub const RELEASES_TOTAL: &str = "harness_releases_total";
+pub const RELEASE_DURATION_SECONDS: &str = "harness_release_duration_seconds";
+pub const OVERHEAD_SECONDS: &str = "harness_overhead_seconds";
+pub const MODEL_CALLS_TOTAL: &str = "harness_model_calls_total";
+pub const MODEL_CALL_DURATION_SECONDS: &str = "harness_model_call_duration_seconds";
+pub const MODEL_TOKENS_TOTAL: &str = "harness_model_tokens_total";
+pub const GUARD_VIOLATIONS_TOTAL: &str = "harness_guard_violations_total";
+pub const RUNS_IN_FLIGHT: &str = "harness_runs_in_flight";
+pub const CANCELLATIONS_TOTAL: &str = "harness_cancellations_total";
+pub const STORE_ERRORS_TOTAL: &str = "harness_store_errors_total";
+pub const READY: &str = "harness_ready";
+pub const HTTP_REQUESTS_TOTAL: &str = "harness_http_requests_total";
+
+/// Every `op` label the stores use, so each series exists (at zero) from start-up.
+pub const STORE_OPS: [&str; 12] = [
+    "connect",
+    "preflight",
+    "load_calls",
+    "load_records",
+    "cancel_marker",
+    "cancel",
+    "get_result",
+    "get_audit",
+    "put_result",
+    "lock",
+    "unlock",
+    "ping",
+];
+const STORE_OPS_SUBSCRIBE: &str = "subscribe";
+
+/// Describes every metric and creates every known label set at zero.
+pub fn describe_metrics() {
+    describe_counter!(RELEASES_TOTAL, Unit::Count, "Releases finished, by outcome and fallback type.");
+    describe_histogram!(RELEASE_DURATION_SECONDS, Unit::Seconds, "Release time from request to result, by outcome.");
+    describe_histogram!(OVERHEAD_SECONDS, Unit::Seconds, "Release time minus time spent waiting on the model.");
+    describe_counter!(MODEL_CALLS_TOTAL, Unit::Count, "Model attempts by role and result (denied ones included).");
+    describe_histogram!(MODEL_CALL_DURATION_SECONDS, Unit::Seconds, "Model attempt latency, by role.");
+    describe_counter!(MODEL_TOKENS_TOTAL, Unit::Count, "Tokens reported by the model, by role and kind.");
+    describe_counter!(GUARD_VIOLATIONS_TOTAL, Unit::Count, "EvidenceGuard violations, by rule.");
+    describe_gauge!(RUNS_IN_FLIGHT, Unit::Count, "Releases currently running on this replica.");
+    describe_counter!(CANCELLATIONS_TOTAL, Unit::Count, "Releases that ended CANCELLED, by how the cancel arrived.");
+    describe_counter!(STORE_ERRORS_TOTAL, Unit::Count, "Failed Redis operations, by operation.");
+    describe_gauge!(READY, Unit::Count, "1 when this replica is ready (Redis reachable, not draining), else 0.");
+    describe_counter!(HTTP_REQUESTS_TOTAL, Unit::Count, "HTTP requests answered, by route pattern and status.");
+
+    counter!(RELEASES_TOTAL, "outcome" => "SUCCESS", "fallback_type" => "none").absolute(0);
+    counter!(RELEASES_TOTAL, "outcome" => "CANCELLED", "fallback_type" => "none").absolute(0);
+    for kind in FallbackType::ALL {
+        counter!(RELEASES_TOTAL, "outcome" => "FALLBACK", "fallback_type" => kind.as_str()).absolute(0);
+    }
+    for role in [ModelRole::Repair, ModelRole::Semantic] {
+        for result in AttemptOutcome::ALL {
+            counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => result.as_str()).absolute(0);
+        }
+        for kind in ["prompt", "completion"] {
+            counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => kind).absolute(0);
+        }
+    }
+    for rule in Rule::ALL {
+        counter!(GUARD_VIOLATIONS_TOTAL, "rule" => rule.as_str()).absolute(0);
+    }
+    for source in CancelSource::ALL {
+        counter!(CANCELLATIONS_TOTAL, "source" => source.as_str()).absolute(0);
+    }
+    for op in STORE_OPS.iter().chain([&STORE_OPS_SUBSCRIBE]) {
+        counter!(STORE_ERRORS_TOTAL, "op" => *op).absolute(0);
+    }
+    gauge!(RUNS_IN_FLIGHT).set(0.0);
+}
+
+/// Histogram buckets that include the configured timeouts, so a timeout shows as its own bucket.
+fn latency_buckets(config: &Config) -> Vec<f64> {
+    let mut buckets = vec![
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+        45.0, 60.0, 90.0,
+    ];
+    for ms in [
+        config.semantic_guard.attempt_timeout_ms,
+        config.semantic_guard.total_timeout_ms,
+        config.repair.timeout_ms,
+    ] {
+        buckets.push(ms as f64 / 1000.0);
+    }
+    buckets.sort_by(f64::total_cmp);
+    buckets.dedup();
+    buckets
+}
+
+const OVERHEAD_BUCKETS: [f64; 14] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the global Prometheus recorder once per process and describes every metric.
+/// Later calls (several apps in one test process) get the same handle.
+pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, String> {
+    if let Some(handle) = PROMETHEUS.get() {
+        return Ok(handle.clone());
+    }
+    let latency = latency_buckets(config);
+    let builder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(RELEASE_DURATION_SECONDS.into()), &latency)
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(MODEL_CALL_DURATION_SECONDS.into()), &latency))
+        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(OVERHEAD_SECONDS.into()), &OVERHEAD_BUCKETS))
+        .map_err(|e| e.to_string())?;
+    let handle = match builder.install_recorder() {
+        Ok(handle) => handle,
+        // Another thread won the race; use its handle.
+        Err(e) => return PROMETHEUS.get().cloned().ok_or_else(|| e.to_string()),
+    };
+    let handle = PROMETHEUS.get_or_init(|| handle).clone();
+    describe_metrics();
+    Ok(handle)
+}
+
+/// Starts logging: RUST_LOG (default `info`), text or JSON. A second call is a no-op.
+pub fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+pub fn release_finished(outcome: Outcome, fallback: Option<FallbackType>, total: Duration, overhead: Duration) {
+    let fallback = fallback.map(FallbackType::as_str).unwrap_or("none");
+    counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback).increment(1);
+    histogram!(RELEASE_DURATION_SECONDS, "outcome" => outcome.as_str()).record(total.as_secs_f64());
+    histogram!(OVERHEAD_SECONDS).record(overhead.as_secs_f64());
+}
+
+pub fn model_attempt(
+    role: ModelRole,
+    outcome: AttemptOutcome,
+    latency: Duration,
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+) {
+    counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => outcome.as_str()).increment(1);
+    if outcome != AttemptOutcome::BudgetDenied {
+        histogram!(MODEL_CALL_DURATION_SECONDS, "role" => role.as_str()).record(latency.as_secs_f64());
+    }
+    if let Some(n) = prompt_tokens {
+        counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => "prompt").increment(n);
+    }
+    if let Some(n) = completion_tokens {
+        counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => "completion").increment(n);
+    }
+}
+
+pub fn guard_violation(rule: Rule) {
+    counter!(GUARD_VIOLATIONS_TOTAL, "rule" => rule.as_str()).increment(1);
+}
+
+pub fn runs_in_flight(n: usize) {
+    gauge!(RUNS_IN_FLIGHT).set(n as f64);
+}
+
+pub fn cancelled(source: CancelSource) {
+    counter!(CANCELLATIONS_TOTAL, "source" => source.as_str()).increment(1);
+}
+
+pub fn store_error(op: &'static str) {
+    counter!(STORE_ERRORS_TOTAL, "op" => op).increment(1);
+}
+
+pub fn ready(is_ready: bool) {
+    gauge!(READY).set(if is_ready { 1.0 } else { 0.0 });
+}
+
+pub fn http_request(route: &'static str, status: u16) {
+    counter!(HTTP_REQUESTS_TOTAL, "route" => route, "status" => status.to_string()).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_buckets_include_the_configured_timeouts() {
+        let mut config = Config::defaults();
+        config.semantic_guard.attempt_timeout_ms = 1234;
+        let buckets = latency_buckets(&config);
+        assert!(buckets.contains(&1.234));
+        assert!(buckets.contains(&45.0) && buckets.contains(&20.0));
+        assert!(buckets.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn every_known_series_exists_from_start_up() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, describe_metrics);
+        let text = handle.render();
+        for needle in [
+            "harness_releases_total{outcome=\"FALLBACK\",fallback_type=\"SEMANTIC_UNAVAILABLE\"} 0",
+            "harness_model_calls_total{role=\"semantic\",result=\"budget_denied\"} 0",
+            "harness_guard_violations_total{rule=\"call_missing\"} 0",
+            "harness_cancellations_total{source=\"pubsub\"} 0",
+            "harness_store_errors_total{op=\"load_records\"} 0",
+            "harness_runs_in_flight 0",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+}
