@@ -177,7 +177,11 @@ fn text(v: &Value) -> String {
 /// A readable account of the release, step by step, from its audit record.
 pub fn describe(audit: &Value, model_configured: bool) -> String {
     let mut out = Vec::new();
-    out.push(format!("run {}: stop reason {}", text(&audit["run_id"]), text(&audit["stop_reason"])));
+    out.push(format!(
+        "run {}: stop reason {}",
+        text(&audit["run_id"]),
+        text(&audit["stop_reason"])
+    ));
     match audit["path"].as_str() {
         Some("controlled_stop") => out.push("- controlled stop: released deterministically from the ProgressSnapshot; no model call".into()),
         Some("draft_unparseable") => out.push(format!(
@@ -189,12 +193,21 @@ pub fn describe(audit: &Value, model_configured: bool) -> String {
         Some("concluded") => out.push("- concluded Draft: EvidenceGuard checks structure, references and every cited call".into()),
         _ => {}
     }
-    if let Some(excluded) = audit["excluded_references"].as_array().filter(|e| !e.is_empty()) {
-        out.push(format!("- {} cited call(s) excluded, never published:", excluded.len()));
+    if let Some(excluded) = audit["excluded_references"]
+        .as_array()
+        .filter(|e| !e.is_empty())
+    {
+        out.push(format!(
+            "- {} cited call(s) excluded, never published:",
+            excluded.len()
+        ));
         for e in excluded {
             out.push(format!(
                 "    {} cites {}: {} ({})",
-                text(&e["analysis"]), text(&e["tool_call_id"]), text(&e["rule"]), text(&e["detail"])
+                text(&e["analysis"]),
+                text(&e["tool_call_id"]),
+                text(&e["rule"]),
+                text(&e["detail"])
             ));
         }
     }
@@ -203,37 +216,71 @@ pub fn describe(audit: &Value, model_configured: bool) -> String {
         if violations.is_empty() {
             out.push("- EvidenceGuard passed".into());
         } else {
-            out.push(format!("- EvidenceGuard failed with {} violation(s):", violations.len()));
+            out.push(format!(
+                "- EvidenceGuard failed with {} violation(s):",
+                violations.len()
+            ));
             for v in &violations {
-                let call = v.get("tool_call_id").map(|c| format!(" call {}", text(c))).unwrap_or_default();
-                out.push(format!("    {} at {}{call}: {}", text(&v["rule"]), text(&v["at"]), text(&v["detail"])));
+                let call = v
+                    .get("tool_call_id")
+                    .map(|c| format!(" call {}", text(c)))
+                    .unwrap_or_default();
+                out.push(format!(
+                    "    {} at {}{call}: {}",
+                    text(&v["rule"]),
+                    text(&v["at"]),
+                    text(&v["detail"])
+                ));
             }
         }
     }
     if let Some(repair) = audit.get("repair").filter(|r| !r.is_null()) {
-        let verdict = if repair["accepted"] == true { "accepted" } else { "rejected" };
+        let verdict = if repair["accepted"] == true {
+            "accepted"
+        } else {
+            "rejected"
+        };
         if repair["ran"] == true {
             out.push(format!("- repair {verdict}: {}", text(&repair["reason"])));
         } else {
             out.push(format!("- repair not run: {}", text(&repair["reason"])));
         }
         for v in repair["violations_after"].as_array().into_iter().flatten() {
-            out.push(format!("    still {} at {}: {}", text(&v["rule"]), text(&v["at"]), text(&v["detail"])));
+            out.push(format!(
+                "    still {} at {}: {}",
+                text(&v["rule"]),
+                text(&v["at"]),
+                text(&v["detail"])
+            ));
         }
     }
     for a in audit["model_attempts"].as_array().into_iter().flatten() {
-        let detail = a.get("detail").map(|d| format!(" ({})", text(d))).unwrap_or_default();
+        let detail = a
+            .get("detail")
+            .map(|d| format!(" ({})", text(d)))
+            .unwrap_or_default();
         out.push(format!(
             "- model {} attempt {}: {}{detail}, {} ms, {} request bytes, tokens {}/{}",
-            text(&a["role"]), text(&a["attempt"]), text(&a["outcome"]), text(&a["latency_ms"]),
-            text(&a["request_bytes"]), text(&a["prompt_tokens"]), text(&a["completion_tokens"])
+            text(&a["role"]),
+            text(&a["attempt"]),
+            text(&a["outcome"]),
+            text(&a["latency_ms"]),
+            text(&a["request_bytes"]),
+            text(&a["prompt_tokens"]),
+            text(&a["completion_tokens"])
         ));
     }
     if let Some(verdict) = audit.get("verdict").filter(|v| !v.is_null()) {
-        out.push(format!("- SemanticGuard: {} ({})", text(&verdict["verdict"]), text(&verdict["reason"])));
+        out.push(format!(
+            "- SemanticGuard: {} ({})",
+            text(&verdict["verdict"]),
+            text(&verdict["reason"])
+        ));
     } else if audit["fallback_type"] == "SEMANTIC_UNAVAILABLE" {
         if model_configured {
-            out.push("- SemanticGuard unavailable: no permitted attempt gave a valid verdict".into());
+            out.push(
+                "- SemanticGuard unavailable: no permitted attempt gave a valid verdict".into(),
+            );
         } else {
             out.push("- SemanticGuard unavailable: no model is configured (model.base_url is empty), so the release fails closed".into());
         }
@@ -241,13 +288,22 @@ pub fn describe(audit: &Value, model_configured: bool) -> String {
     let b = &audit["budget"];
     out.push(format!(
         "- budget: {}/{} calls, {}/{} tokens, {}/{} bytes",
-        text(&b["model_calls"]), text(&b["max_model_calls"]), text(&b["tokens"]), text(&b["max_tokens"]),
-        text(&b["bytes"]), text(&b["max_bytes"])
+        text(&b["model_calls"]),
+        text(&b["max_model_calls"]),
+        text(&b["tokens"]),
+        text(&b["max_tokens"]),
+        text(&b["bytes"]),
+        text(&b["max_bytes"])
     ));
-    let fallback = audit["fallback_type"].as_str().map(|f| format!(" {f}")).unwrap_or_default();
+    let fallback = audit["fallback_type"]
+        .as_str()
+        .map(|f| format!(" {f}"))
+        .unwrap_or_default();
     out.push(format!(
         "=> {}{fallback} in {} ms ({} ms waiting on the model)",
-        text(&audit["outcome"]), text(&audit["timings"]["total_ms"]), text(&audit["timings"]["model_wait_ms"])
+        text(&audit["outcome"]),
+        text(&audit["timings"]["total_ms"]),
+        text(&audit["timings"]["model_wait_ms"])
     ));
     out.join("\n")
 }
@@ -286,17 +342,27 @@ mod tests {
     #[test]
     fn bad_bundles_are_errors() {
         assert!(RunBundle::parse(r#"{"run_id": "r1", "extra": 1}"#).is_err());
-        assert!(RunBundle::parse(r#"{"run_id": "r1", "invocations": [{"tool_call_id": 5}]}"#).is_err());
-        let no_id = bundle(r#"{"run_id": "r1", "query": "q", "draft": "x", "invocations": [{"run_id": "r1"}]}"#);
+        assert!(
+            RunBundle::parse(r#"{"run_id": "r1", "invocations": [{"tool_call_id": 5}]}"#).is_err()
+        );
+        let no_id = bundle(
+            r#"{"run_id": "r1", "query": "q", "draft": "x", "invocations": [{"run_id": "r1"}]}"#,
+        );
         assert!(no_id.store().is_err());
         let bad_run = bundle(r#"{"run_id": "r 1", "query": "q", "draft": "x"}"#);
-        assert!(matches!(bad_run.request(), Err(BundleError::Request(RequestError::InvalidRunId))));
-        let bad_stop = bundle(r#"{"run_id": "r1", "query": "q", "draft": "x", "stop_reason": "NOPE"}"#);
+        assert!(matches!(
+            bad_run.request(),
+            Err(BundleError::Request(RequestError::InvalidRunId))
+        ));
+        let bad_stop =
+            bundle(r#"{"run_id": "r1", "query": "q", "draft": "x", "stop_reason": "NOPE"}"#);
         assert!(bad_stop.request().is_err());
     }
 
     fn store_calls(store: &MemoryStore, run: &str) -> Vec<String> {
         let s = Store::Memory(store.clone());
-        futures::executor::block_on(s.load_evidence(run, &[], 100)).unwrap().calls
+        futures::executor::block_on(s.load_evidence(run, &[], 100))
+            .unwrap()
+            .calls
     }
 }

@@ -227,7 +227,10 @@ impl Config {
             })
         };
         if self.listen_addr().is_err() {
-            return invalid("server.listen", "must be an address:port such as 127.0.0.1:8080");
+            return invalid(
+                "server.listen",
+                "must be an address:port such as 127.0.0.1:8080",
+            );
         }
         if self.server.max_body_bytes == 0 {
             return invalid("server.max_body_bytes", "must be positive");
@@ -239,32 +242,47 @@ impl Config {
             && !self.redis.url.starts_with("rediss://")
             && !self.redis.url.starts_with("unix://")
         {
-            return invalid("redis.url", "must start with redis://, rediss:// or unix://");
+            return invalid(
+                "redis.url",
+                "must start with redis://, rediss:// or unix://",
+            );
         }
         if self.redis.response_timeout_ms == 0 || self.redis.connection_timeout_ms == 0 {
             return invalid("redis.response_timeout_ms", "timeouts must be positive");
         }
         if self.model.base_url.ends_with('/') {
-            return invalid("model.base_url", "must not end with '/' (\"/chat/completions\" is appended)");
+            return invalid(
+                "model.base_url",
+                "must not end with '/' (\"/chat/completions\" is appended)",
+            );
         }
         if !self.model.base_url.is_empty()
             && !self.model.base_url.starts_with("http://")
             && !self.model.base_url.starts_with("https://")
         {
-            return invalid("model.base_url", "must be an http:// or https:// URL, or empty");
+            return invalid(
+                "model.base_url",
+                "must be an http:// or https:// URL, or empty",
+            );
         }
         let sg = &self.semantic_guard;
         if sg.max_attempts == 0 {
             return invalid("semantic_guard.max_attempts", "must be at least 1");
         }
         if sg.attempt_timeout_ms == 0 || sg.total_timeout_ms == 0 || self.repair.timeout_ms == 0 {
-            return invalid("semantic_guard.attempt_timeout_ms", "timeouts must be positive");
+            return invalid(
+                "semantic_guard.attempt_timeout_ms",
+                "timeouts must be positive",
+            );
         }
         if sg.max_output_tokens == 0 || self.repair.max_output_tokens == 0 {
             return invalid("semantic_guard.max_output_tokens", "must be positive");
         }
         if self.snapshot.max_excerpt_chars == 0 || self.snapshot.max_entries_per_call == 0 {
-            return invalid("snapshot.max_excerpt_chars", "snapshot bounds must be positive");
+            return invalid(
+                "snapshot.max_excerpt_chars",
+                "snapshot bounds must be positive",
+            );
         }
         Ok(())
     }
@@ -315,6 +333,7 @@ impl Config {
 }
 
 #[cfg(test)]
+#[allow(clippy::result_large_err)] // figment::Jail's closures return figment::Error
 mod tests {
     use super::*;
     use figment::Jail;
@@ -352,7 +371,10 @@ mod tests {
             let c = Config::load().map_err(|e| e.to_string())?;
             assert_eq!(c.semantic_guard.attempt_timeout_ms, 700);
             assert_eq!(c.semantic_guard.total_timeout_ms, 900);
-            assert_eq!(c.server.api_token, "012345", "a numeric token stays the same string");
+            assert_eq!(
+                c.server.api_token, "012345",
+                "a numeric token stays the same string"
+            );
             assert_eq!(c.model.structured_output, StructuredOutput::JsonObject);
             Ok(())
         });

@@ -6,9 +6,9 @@
 //! - [`config`]: typed, layered, validated configuration.
 //! - [`telemetry`]: metric names, the Prometheus recorder, tracing.
 
-pub mod config;
 pub mod actors;
 pub mod check;
+pub mod config;
 pub mod domain;
 pub mod model;
 pub mod store;

@@ -9,7 +9,11 @@ use release_harness::check::{describe, run_check, RunBundle};
 use release_harness::config::Config;
 
 #[derive(Parser)]
-#[command(name = "release-harness", version, about = "Decides whether an AI diagnosis agent's report may be released.")]
+#[command(
+    name = "release-harness",
+    version,
+    about = "Decides whether an AI diagnosis agent's report may be released."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -8,7 +8,9 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::config::{Config, LogFormat};
@@ -48,27 +50,77 @@ const STORE_OPS_SUBSCRIBE: &str = "subscribe";
 
 /// Describes every metric and creates every known label set at zero.
 pub fn describe_metrics() {
-    describe_counter!(RELEASES_TOTAL, Unit::Count, "Releases finished, by outcome and fallback type.");
-    describe_histogram!(RELEASE_DURATION_SECONDS, Unit::Seconds, "Release time from request to result, by outcome.");
-    describe_histogram!(OVERHEAD_SECONDS, Unit::Seconds, "Release time minus time spent waiting on the model.");
-    describe_counter!(MODEL_CALLS_TOTAL, Unit::Count, "Model attempts by role and result (denied ones included).");
-    describe_histogram!(MODEL_CALL_DURATION_SECONDS, Unit::Seconds, "Model attempt latency, by role.");
-    describe_counter!(MODEL_TOKENS_TOTAL, Unit::Count, "Tokens reported by the model, by role and kind.");
-    describe_counter!(GUARD_VIOLATIONS_TOTAL, Unit::Count, "EvidenceGuard violations, by rule.");
-    describe_gauge!(RUNS_IN_FLIGHT, Unit::Count, "Releases currently running on this replica.");
-    describe_counter!(CANCELLATIONS_TOTAL, Unit::Count, "Releases that ended CANCELLED, by how the cancel arrived.");
-    describe_counter!(STORE_ERRORS_TOTAL, Unit::Count, "Failed Redis operations, by operation.");
-    describe_gauge!(READY, Unit::Count, "1 when this replica is ready (Redis reachable, not draining), else 0.");
-    describe_counter!(HTTP_REQUESTS_TOTAL, Unit::Count, "HTTP requests answered, by route pattern and status.");
+    describe_counter!(
+        RELEASES_TOTAL,
+        Unit::Count,
+        "Releases finished, by outcome and fallback type."
+    );
+    describe_histogram!(
+        RELEASE_DURATION_SECONDS,
+        Unit::Seconds,
+        "Release time from request to result, by outcome."
+    );
+    describe_histogram!(
+        OVERHEAD_SECONDS,
+        Unit::Seconds,
+        "Release time minus time spent waiting on the model."
+    );
+    describe_counter!(
+        MODEL_CALLS_TOTAL,
+        Unit::Count,
+        "Model attempts by role and result (denied ones included)."
+    );
+    describe_histogram!(
+        MODEL_CALL_DURATION_SECONDS,
+        Unit::Seconds,
+        "Model attempt latency, by role."
+    );
+    describe_counter!(
+        MODEL_TOKENS_TOTAL,
+        Unit::Count,
+        "Tokens reported by the model, by role and kind."
+    );
+    describe_counter!(
+        GUARD_VIOLATIONS_TOTAL,
+        Unit::Count,
+        "EvidenceGuard violations, by rule."
+    );
+    describe_gauge!(
+        RUNS_IN_FLIGHT,
+        Unit::Count,
+        "Releases currently running on this replica."
+    );
+    describe_counter!(
+        CANCELLATIONS_TOTAL,
+        Unit::Count,
+        "Releases that ended CANCELLED, by how the cancel arrived."
+    );
+    describe_counter!(
+        STORE_ERRORS_TOTAL,
+        Unit::Count,
+        "Failed Redis operations, by operation."
+    );
+    describe_gauge!(
+        READY,
+        Unit::Count,
+        "1 when this replica is ready (Redis reachable, not draining), else 0."
+    );
+    describe_counter!(
+        HTTP_REQUESTS_TOTAL,
+        Unit::Count,
+        "HTTP requests answered, by route pattern and status."
+    );
 
     counter!(RELEASES_TOTAL, "outcome" => "SUCCESS", "fallback_type" => "none").absolute(0);
     counter!(RELEASES_TOTAL, "outcome" => "CANCELLED", "fallback_type" => "none").absolute(0);
     for kind in FallbackType::ALL {
-        counter!(RELEASES_TOTAL, "outcome" => "FALLBACK", "fallback_type" => kind.as_str()).absolute(0);
+        counter!(RELEASES_TOTAL, "outcome" => "FALLBACK", "fallback_type" => kind.as_str())
+            .absolute(0);
     }
     for role in [ModelRole::Repair, ModelRole::Semantic] {
         for result in AttemptOutcome::ALL {
-            counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => result.as_str()).absolute(0);
+            counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => result.as_str())
+                .absolute(0);
         }
         for kind in ["prompt", "completion"] {
             counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => kind).absolute(0);
@@ -119,8 +171,12 @@ pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, String> {
     let latency = latency_buckets(config);
     let builder = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(RELEASE_DURATION_SECONDS.into()), &latency)
-        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(MODEL_CALL_DURATION_SECONDS.into()), &latency))
-        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(OVERHEAD_SECONDS.into()), &OVERHEAD_BUCKETS))
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(MODEL_CALL_DURATION_SECONDS.into()), &latency)
+        })
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(OVERHEAD_SECONDS.into()), &OVERHEAD_BUCKETS)
+        })
         .map_err(|e| e.to_string())?;
     let handle = match builder.install_recorder() {
         Ok(handle) => handle,
@@ -140,14 +196,24 @@ pub fn init_tracing(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
         LogFormat::Text => builder.try_init(),
     };
 }
 
-pub fn release_finished(outcome: Outcome, fallback: Option<FallbackType>, total: Duration, overhead: Duration) {
+pub fn release_finished(
+    outcome: Outcome,
+    fallback: Option<FallbackType>,
+    total: Duration,
+    overhead: Duration,
+) {
     let fallback = fallback.map(FallbackType::as_str).unwrap_or("none");
-    counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback).increment(1);
+    counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback)
+        .increment(1);
     histogram!(RELEASE_DURATION_SECONDS, "outcome" => outcome.as_str()).record(total.as_secs_f64());
     histogram!(OVERHEAD_SECONDS).record(overhead.as_secs_f64());
 }
@@ -161,7 +227,8 @@ pub fn model_attempt(
 ) {
     counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => outcome.as_str()).increment(1);
     if outcome != AttemptOutcome::BudgetDenied {
-        histogram!(MODEL_CALL_DURATION_SECONDS, "role" => role.as_str()).record(latency.as_secs_f64());
+        histogram!(MODEL_CALL_DURATION_SECONDS, "role" => role.as_str())
+            .record(latency.as_secs_f64());
     }
     if let Some(n) = prompt_tokens {
         counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => "prompt").increment(n);

@@ -115,7 +115,10 @@ pub async fn attempt<T>(
     let (outcome, detail, answer) = match sent {
         Err(_) => (
             AttemptOutcome::Timeout,
-            Some(format!("no answer within {} ms", limits.timeout.as_millis())),
+            Some(format!(
+                "no answer within {} ms",
+                limits.timeout.as_millis()
+            )),
             None,
         ),
         Ok(Err(failure)) => (failure.class, Some(failure.detail), None),

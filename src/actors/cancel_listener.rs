@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use actix::{Actor, ActorContext, AsyncContext, Context, Handler, Message, Addr, SpawnHandle, WrapFuture};
+use actix::{
+    Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message, SpawnHandle, WrapFuture,
+};
 
 use super::registry::{CancelRun, RunRegistry};
 use crate::domain::audit::CancelSource;

@@ -58,7 +58,13 @@ impl Handler<CheckDraft> for EvidenceGuardActor {
     type Result = MessageResult<CheckDraft>;
     fn handle(&mut self, msg: CheckDraft, _: &mut Self::Context) -> Self::Result {
         let mut notes = Audit::new(&msg.run_id, msg.stop_reason);
-        let step = release::begin(msg.stop_reason, msg.draft, &msg.evidence, &msg.policy, &mut notes);
+        let step = release::begin(
+            msg.stop_reason,
+            msg.draft,
+            &msg.evidence,
+            &msg.policy,
+            &mut notes,
+        );
         MessageResult(Checked { step, notes })
     }
 }
@@ -67,7 +73,13 @@ impl Handler<CheckRepair> for EvidenceGuardActor {
     type Result = MessageResult<CheckRepair>;
     fn handle(&mut self, msg: CheckRepair, _: &mut Self::Context) -> Self::Result {
         let mut notes = Audit::new(&msg.run_id, msg.stop_reason);
-        let step = release::after_repair(&msg.original, msg.candidate, &msg.evidence, &msg.policy, &mut notes);
+        let step = release::after_repair(
+            &msg.original,
+            msg.candidate,
+            &msg.evidence,
+            &msg.policy,
+            &mut notes,
+        );
         MessageResult(Checked { step, notes })
     }
 }

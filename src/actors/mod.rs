@@ -23,8 +23,8 @@ pub use registry::{CancelRun, Drain, InFlight, RunRegistry, StartRelease};
 
 use crate::config::Config;
 use crate::domain::audit::CancelSource;
-pub use crate::domain::request::ReleaseRequest;
 use crate::domain::release::ReleaseResult;
+pub use crate::domain::request::ReleaseRequest;
 use crate::model::ModelClient;
 use crate::store::{Store, StoreError};
 

@@ -85,10 +85,11 @@ impl Handler<StartRelease> for RunRegistry {
         self.runs.insert(run_id, (id, supervisor.clone()));
         telemetry::runs_in_flight(self.runs.len());
         Box::pin(async move {
-            supervisor
-                .send(Run)
-                .await
-                .unwrap_or_else(|e| Err(ReleaseError::Internal(format!("the run supervisor is gone: {e}"))))
+            supervisor.send(Run).await.unwrap_or_else(|e| {
+                Err(ReleaseError::Internal(format!(
+                    "the run supervisor is gone: {e}"
+                )))
+            })
         })
     }
 }

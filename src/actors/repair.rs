@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseFuture, SpawnHandle, WrapFuture};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseFuture,
+    SpawnHandle, WrapFuture,
+};
 use tokio::sync::oneshot;
 
 use super::attempt::{attempt, AttemptContext, AttemptLimits, AttemptResult};
@@ -79,7 +82,9 @@ async fn repair(
     };
     let request = match repair_request(&shape, &msg.draft, &msg.violations, &msg.usable) {
         Ok(r) => r,
-        Err(e) => return StepOutcome::Done(Err(RepairFailure(format!("cannot build the request: {e}")))),
+        Err(e) => {
+            return StepOutcome::Done(Err(RepairFailure(format!("cannot build the request: {e}"))))
+        }
     };
     let limits = AttemptLimits {
         max_input_bytes: settings.max_input_bytes,

@@ -5,7 +5,10 @@
 
 use std::time::Duration;
 
-use actix::{Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseFuture, SpawnHandle, WrapFuture};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseFuture,
+    SpawnHandle, WrapFuture,
+};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 

@@ -10,7 +10,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, ResponseFuture, SpawnHandle, WrapFuture};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message,
+    ResponseFuture, SpawnHandle, WrapFuture,
+};
 use tokio::sync::oneshot;
 
 use super::budget::BudgetActor;
@@ -19,7 +22,9 @@ use super::registry::{RunEnded, RunRegistry};
 use super::repair::{RepairActor, RepairDraft};
 use super::semantic_guard::{Judge, SemanticGuardActor};
 use super::{AbortChild, Harness, ReleaseError, ReleaseRequest, Released, StepOutcome, StopChild};
-use crate::domain::audit::{AttemptOutcome, Audit, BudgetUse, CancelSource, ModelAttempt, ModelRole, RepairAudit};
+use crate::domain::audit::{
+    AttemptOutcome, Audit, BudgetUse, CancelSource, ModelAttempt, ModelRole, RepairAudit,
+};
 use crate::domain::release::{after_judgement, DraftInput, Judgement, ReleaseResult, Step};
 use crate::model::prompts::UsableCallRef;
 use crate::telemetry;
@@ -55,7 +60,7 @@ enum Decided {
     /// A stored result of an earlier release (no new release ran, nothing is written).
     Stored(String),
     Cancelled(CancelSource),
-    Result(ReleaseResult),
+    Result(Box<ReleaseResult>),
 }
 
 pub struct RunSupervisor {
@@ -77,7 +82,12 @@ pub struct RunSupervisor {
 }
 
 impl RunSupervisor {
-    pub fn new(id: u64, request: ReleaseRequest, harness: Harness, registry: Addr<RunRegistry>) -> Self {
+    pub fn new(
+        id: u64,
+        request: ReleaseRequest,
+        harness: Harness,
+        registry: Addr<RunRegistry>,
+    ) -> Self {
         let mut audit = Audit::new(&request.run_id, request.stop_reason);
         let limits = harness.config.budget_limits();
         audit.budget = BudgetUse {
@@ -109,15 +119,16 @@ impl RunSupervisor {
     fn start_children(&mut self, ctx: &mut Context<Self>) {
         let config = &self.harness.config;
         let budget = BudgetActor::new(config.budget_limits()).start();
-        let attempt_context = |role: ModelRole, client: &crate::model::ModelClient| super::attempt::AttemptContext {
-            role,
-            run_id: self.run_id(),
-            client: client.clone(),
-            store: self.harness.store.clone(),
-            budget: budget.clone(),
-            started: ctx.address().recipient(),
-            recorded: ctx.address().recipient(),
-        };
+        let attempt_context =
+            |role: ModelRole, client: &crate::model::ModelClient| super::attempt::AttemptContext {
+                role,
+                run_id: self.run_id(),
+                client: client.clone(),
+                store: self.harness.store.clone(),
+                budget: budget.clone(),
+                started: ctx.address().recipient(),
+                recorded: ctx.address().recipient(),
+            };
         let (repair, semantic) = match &self.harness.model {
             Some(client) => (
                 Some(
@@ -188,7 +199,7 @@ impl RunSupervisor {
                 self.finish(answer, ctx);
             }
             Ok(Decided::Cancelled(source)) => self.cancelled(source, ctx),
-            Ok(Decided::Result(result)) => self.publish(result, None, ctx),
+            Ok(Decided::Result(result)) => self.publish(*result, None, ctx),
             Err(e) => self.finish(Err(e), ctx),
         }
     }
@@ -219,7 +230,12 @@ impl RunSupervisor {
     }
 
     /// Stores the result and audit (if this release holds the lock), frees the lock, answers.
-    fn publish(&mut self, result: ReleaseResult, cancel: Option<CancelSource>, ctx: &mut Context<Self>) {
+    fn publish(
+        &mut self,
+        result: ReleaseResult,
+        cancel: Option<CancelSource>,
+        ctx: &mut Context<Self>,
+    ) {
         self.phase = Phase::Publishing;
         let total = self.began.elapsed();
         let json = match serde_json::to_string(&result) {
@@ -251,7 +267,8 @@ impl RunSupervisor {
         let store = self.harness.store.clone();
         let run_id = self.run_id();
         let lock = std::mem::replace(&mut *self.lock.borrow_mut(), LockState::None);
-        let overhead = total.saturating_sub(Duration::from_millis(self.audit.borrow().model_wait_ms()));
+        let overhead =
+            total.saturating_sub(Duration::from_millis(self.audit.borrow().model_wait_ms()));
         let released = Released {
             result,
             json: json.clone(),
@@ -425,11 +442,17 @@ impl Handler<Run> for RunSupervisor {
             self.audit.clone(),
             self.lock.clone(),
         );
-        let handle = ctx.spawn(work.into_actor(self).map(|decided, actor, ctx| actor.decided(decided, ctx)));
+        let handle = ctx.spawn(
+            work.into_actor(self)
+                .map(|decided, actor, ctx| actor.decided(decided, ctx)),
+        );
         self.pipeline = Some(handle);
         Box::pin(async move {
-            rx.await
-                .unwrap_or_else(|_| Err(ReleaseError::Internal("the release ended without an answer".into())))
+            rx.await.unwrap_or_else(|_| {
+                Err(ReleaseError::Internal(
+                    "the release ended without an answer".into(),
+                ))
+            })
         })
     }
 }
@@ -480,7 +503,9 @@ async fn pipeline(
         DraftInput::Parsed(d) if !request.stop_reason.is_controlled_stop() => d.cited_call_ids(),
         _ => Vec::new(),
     };
-    let mut evidence = store.load_evidence(run_id, &cited, config.progress.max_calls).await?;
+    let mut evidence = store
+        .load_evidence(run_id, &cited, config.progress.max_calls)
+        .await?;
     let policy = config.release_policy();
     let Checked { step, notes } = evidence_guard
         .send(CheckDraft {
@@ -497,7 +522,8 @@ async fn pipeline(
     let step = match step {
         Step::Repair { draft, violations } => match &repair {
             None => {
-                audit.borrow_mut().repair = Some(RepairAudit::not_run("no model is configured".into()));
+                audit.borrow_mut().repair =
+                    Some(RepairAudit::not_run("no model is configured".into()));
                 Step::Finish(ReleaseResult::evidence_validation_failed(run_id))
             }
             Some(repair) => {
@@ -525,7 +551,9 @@ async fn pipeline(
                     StepOutcome::Store(e) => return Err(e.into()),
                 };
                 if let Ok(candidate) = &candidate {
-                    store.complete_evidence(&mut evidence, &candidate.cited_call_ids()).await?;
+                    store
+                        .complete_evidence(&mut evidence, &candidate.cited_call_ids())
+                        .await?;
                 }
                 let Checked { step, notes } = evidence_guard
                     .send(CheckRepair {
@@ -568,5 +596,5 @@ async fn pipeline(
             after_judgement(run_id, judgement, &judged, &mut audit.borrow_mut())
         }
     };
-    Ok(Decided::Result(result))
+    Ok(Decided::Result(Box::new(result)))
 }

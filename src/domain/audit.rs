@@ -189,7 +189,11 @@ pub enum CancelSource {
 }
 
 impl CancelSource {
-    pub const ALL: [CancelSource; 3] = [CancelSource::Http, CancelSource::Pubsub, CancelSource::Marker];
+    pub const ALL: [CancelSource; 3] = [
+        CancelSource::Http,
+        CancelSource::Pubsub,
+        CancelSource::Marker,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {

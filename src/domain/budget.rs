@@ -126,7 +126,12 @@ mod tests {
     fn calls_are_counted_and_capped() {
         let mut budget = Budget::new(limits());
         for _ in 0..3 {
-            let r = budget.reserve(Cost { tokens: 1, bytes: 1 }).unwrap();
+            let r = budget
+                .reserve(Cost {
+                    tokens: 1,
+                    bytes: 1,
+                })
+                .unwrap();
             budget.settle(r, None);
         }
         assert_eq!(
@@ -140,23 +145,52 @@ mod tests {
     fn token_and_byte_limits_deny_before_sending() {
         let mut budget = Budget::new(limits());
         assert!(matches!(
-            budget.reserve(Cost { tokens: 1001, bytes: 1 }),
-            Err(BudgetDenied::Tokens { needed: 1001, remaining: 1000 })
+            budget.reserve(Cost {
+                tokens: 1001,
+                bytes: 1
+            }),
+            Err(BudgetDenied::Tokens {
+                needed: 1001,
+                remaining: 1000
+            })
         ));
         assert!(matches!(
-            budget.reserve(Cost { tokens: 1, bytes: 10_001 }),
+            budget.reserve(Cost {
+                tokens: 1,
+                bytes: 10_001
+            }),
             Err(BudgetDenied::Bytes { .. })
         ));
-        assert_eq!(budget.usage().model_calls, 0, "a denied call is not counted");
+        assert_eq!(
+            budget.usage().model_calls,
+            0,
+            "a denied call is not counted"
+        );
     }
 
     #[test]
     fn settling_replaces_the_estimate() {
         let mut budget = Budget::new(limits());
-        let r = budget.reserve(Cost { tokens: 800, bytes: 5000 }).unwrap();
-        budget.settle(r, Some(Cost { tokens: 120, bytes: 900 }));
+        let r = budget
+            .reserve(Cost {
+                tokens: 800,
+                bytes: 5000,
+            })
+            .unwrap();
+        budget.settle(
+            r,
+            Some(Cost {
+                tokens: 120,
+                bytes: 900,
+            }),
+        );
         assert_eq!((budget.usage().tokens, budget.usage().bytes), (120, 900));
-        let r = budget.reserve(Cost { tokens: 800, bytes: 5000 }).unwrap();
+        let r = budget
+            .reserve(Cost {
+                tokens: 800,
+                bytes: 5000,
+            })
+            .unwrap();
         budget.settle(r, None);
         assert_eq!(budget.usage().tokens, 920);
     }

@@ -317,12 +317,18 @@ mod tests {
         assert!(parse(&json!(42)).is_err());
         assert!(parse(&json!(null)).is_err());
         let wrapped = json!("{\"conclusion\": null, \"analyses\": []}");
-        assert!(parse(&wrapped).is_ok(), "a string holding a strict Draft parses");
+        assert!(
+            parse(&wrapped).is_ok(),
+            "a string holding a strict Draft parses"
+        );
     }
 
     #[test]
     fn duplicate_keys_are_a_parse_failure() {
-        assert!(Draft::parse_text("{\"conclusion\": null, \"conclusion\": null, \"analyses\": []}").is_err());
+        assert!(Draft::parse_text(
+            "{\"conclusion\": null, \"conclusion\": null, \"analyses\": []}"
+        )
+        .is_err());
     }
 
     #[test]
@@ -335,7 +341,14 @@ mod tests {
         let keys: Vec<_> = shown.as_object().unwrap().keys().cloned().collect();
         assert_eq!(
             keys,
-            ["conclusion", "analyses", "action_plan", "recommendations", "limitations", "missing_context"]
+            [
+                "conclusion",
+                "analyses",
+                "action_plan",
+                "recommendations",
+                "limitations",
+                "missing_context"
+            ]
         );
     }
 }

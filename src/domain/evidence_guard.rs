@@ -184,7 +184,10 @@ pub fn kind_fits(kind: &AnalysisKind, status: EvidenceStatus) -> bool {
     matches!(
         (kind, status),
         (AnalysisKind::Normal, EvidenceStatus::EvidenceFound)
-            | (AnalysisKind::NegativeObservation, EvidenceStatus::NoEvidence)
+            | (
+                AnalysisKind::NegativeObservation,
+                EvidenceStatus::NoEvidence
+            )
     )
 }
 
@@ -207,7 +210,12 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
     for (i, analysis) in draft.analyses.iter().enumerate() {
         let at = format!("analyses[{i}]");
         if analysis.id.trim().is_empty() {
-            push(Rule::AnalysisIdBlank, at.clone(), None, "the analysis id is blank".into());
+            push(
+                Rule::AnalysisIdBlank,
+                at.clone(),
+                None,
+                "the analysis id is blank".into(),
+            );
         } else if id_counts[analysis.id.as_str()] > 1 {
             push(
                 Rule::AnalysisIdDuplicate,
@@ -225,7 +233,12 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
             );
         }
         if analysis.text.trim().is_empty() {
-            push(Rule::AnalysisTextBlank, at.clone(), None, "the analysis text is blank".into());
+            push(
+                Rule::AnalysisTextBlank,
+                at.clone(),
+                None,
+                "the analysis text is blank".into(),
+            );
         }
         if analysis.tool_call_ids.is_empty() {
             push(
@@ -265,20 +278,38 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
         .collect();
     let mut sections: Vec<(String, &str, &[String])> = Vec::new();
     if let Some(conclusion) = &draft.conclusion {
-        sections.push(("conclusion".into(), &conclusion.text, &conclusion.analysis_refs));
+        sections.push((
+            "conclusion".into(),
+            &conclusion.text,
+            &conclusion.analysis_refs,
+        ));
     }
     for (i, item) in draft.action_plan.iter().enumerate() {
         sections.push((format!("action_plan[{i}]"), &item.text, &item.analysis_refs));
     }
     for (i, item) in draft.recommendations.iter().enumerate() {
-        sections.push((format!("recommendations[{i}]"), &item.text, &item.analysis_refs));
+        sections.push((
+            format!("recommendations[{i}]"),
+            &item.text,
+            &item.analysis_refs,
+        ));
     }
     for (at, text, refs) in sections {
         if text.trim().is_empty() {
-            push(Rule::ReportTextBlank, at.clone(), None, "the text is blank".into());
+            push(
+                Rule::ReportTextBlank,
+                at.clone(),
+                None,
+                "the text is blank".into(),
+            );
         }
         if refs.is_empty() {
-            push(Rule::ReferenceEmpty, at.clone(), None, "it references no analysis".into());
+            push(
+                Rule::ReferenceEmpty,
+                at.clone(),
+                None,
+                "it references no analysis".into(),
+            );
         }
         for reference in refs {
             if !known.contains(reference.as_str()) {
@@ -397,7 +428,10 @@ pub(crate) mod tests {
         draft.analyses[1].id = "  ".into();
         let found = rules(&draft, &run_evidence());
         assert!(found.contains(&Rule::AnalysisIdBlank));
-        assert!(found.contains(&Rule::ReferenceUnknown), "A2 no longer exists");
+        assert!(
+            found.contains(&Rule::ReferenceUnknown),
+            "A2 no longer exists"
+        );
     }
 
     #[test]
@@ -446,7 +480,9 @@ pub(crate) mod tests {
     #[test]
     fn fabricated_blank_and_cross_run_calls_are_violations() {
         let mut evidence = run_evidence();
-        evidence.records.insert("c-x".into(), log_found("other-run", "c-x"));
+        evidence
+            .records
+            .insert("c-x".into(), log_found("other-run", "c-x"));
         let mut draft = good_draft();
         draft.analyses[0].tool_call_ids = vec!["c-ghost".into(), "c-x".into(), "".into()];
         assert_eq!(

@@ -235,7 +235,12 @@ pub fn resolve_call(
 ) -> Result<UsableCall, CallRejection> {
     let record = match record {
         Some(r) if !r.is_empty() => r,
-        _ => return Err(CallRejection::new(Rule::CallMissing, "no record under this run")),
+        _ => {
+            return Err(CallRejection::new(
+                Rule::CallMissing,
+                "no record under this run",
+            ))
+        }
     };
     let field = |name: &str| record.get(name).map(String::as_str);
     if field("run_id") != Some(run_id) || field("tool_call_id") != Some(call_id) {
@@ -308,7 +313,11 @@ pub fn resolve_call(
             "the projection's tool_call_id differs from the record's",
         ));
     }
-    if projection_value.get("evidence_status").and_then(Value::as_str) != Some(status.as_str()) {
+    if projection_value
+        .get("evidence_status")
+        .and_then(Value::as_str)
+        != Some(status.as_str())
+    {
         return Err(CallRejection::new(
             Rule::ProjectionStatusMismatch,
             "the projection's evidence_status differs from the record's",
@@ -317,7 +326,10 @@ pub fn resolve_call(
     let projection = parse_projection(tool, agent_result).map_err(|reason| {
         CallRejection::new(
             Rule::ProjectionInvalid,
-            format!("agent_result does not match the {} projection: {reason}", tool.as_str()),
+            format!(
+                "agent_result does not match the {} projection: {reason}",
+                tool.as_str()
+            ),
         )
     })?;
     let shows_evidence = projection.data_shows_evidence();
@@ -329,13 +341,13 @@ pub fn resolve_call(
     if !consistent {
         return Err(CallRejection::new(
             Rule::EvidenceStatusInconsistent,
-            format!(
-                "{} disagrees with the projection's data",
-                status.as_str()
-            ),
+            format!("{} disagrees with the projection's data", status.as_str()),
         ));
     }
-    let scope = projection_value.get("scope").cloned().unwrap_or(Value::Null);
+    let scope = projection_value
+        .get("scope")
+        .cloned()
+        .unwrap_or(Value::Null);
     Ok(UsableCall {
         tool_call_id: call_id.to_string(),
         tool,
@@ -447,7 +459,11 @@ pub(crate) mod tests {
 
     #[test]
     fn supported_projections_resolve_with_scope_unchanged() {
-        for rec in [log_found("r", "c"), mysql_none("r", "c"), rag_found("r", "c")] {
+        for rec in [
+            log_found("r", "c"),
+            mysql_none("r", "c"),
+            rag_found("r", "c"),
+        ] {
             let call = resolve_call("r", "c", Some(&rec)).unwrap();
             let original: Value = serde_json::from_str(&rec["agent_result"]).unwrap();
             assert_eq!(call.scope, original["scope"]);
@@ -458,14 +474,23 @@ pub(crate) mod tests {
 
     #[test]
     fn missing_and_empty_records_are_missing() {
-        assert_eq!(resolve_call("r", "c", None).unwrap_err().rule, Rule::CallMissing);
+        assert_eq!(
+            resolve_call("r", "c", None).unwrap_err().rule,
+            Rule::CallMissing
+        );
         assert_eq!(rule_of("r", "c", &RawRecord::new()), Rule::CallMissing);
     }
 
     #[test]
     fn a_record_of_another_run_is_rejected() {
-        assert_eq!(rule_of("r-42", "c", &log_found("r-41", "c")), Rule::CallOtherRun);
-        assert_eq!(rule_of("r", "c", &log_found("r", "c-other")), Rule::CallOtherRun);
+        assert_eq!(
+            rule_of("r-42", "c", &log_found("r-41", "c")),
+            Rule::CallOtherRun
+        );
+        assert_eq!(
+            rule_of("r", "c", &log_found("r", "c-other")),
+            Rule::CallOtherRun
+        );
         let mut no_run = log_found("r", "c");
         no_run.remove("run_id");
         assert_eq!(rule_of("r", "c", &no_run), Rule::CallOtherRun);
@@ -523,7 +548,9 @@ pub(crate) mod tests {
         assert_eq!(rule_of("r", "c", &wrong_type), Rule::ProjectionInvalid);
 
         let mut nested_extra = rag_found("r", "c");
-        edit_projection(&mut nested_extra, |v| v["hits"][0]["url"] = json!("http://x"));
+        edit_projection(&mut nested_extra, |v| {
+            v["hits"][0]["url"] = json!("http://x")
+        });
         assert_eq!(rule_of("r", "c", &nested_extra), Rule::ProjectionInvalid);
 
         let mut ragged = mysql_none("r", "c");

@@ -11,7 +11,9 @@ use super::audit::{Audit, ReleasePath, RepairAudit, VerdictAudit};
 use super::draft::{Draft, DraftParseError, UserVisibleDraft};
 use super::evidence_guard::{check_concluded, review_references, RunEvidence, Violation};
 use super::repair_check;
-use super::snapshot::{ObservedFact, ProgressSnapshot, SnapshotLimits, VerifiedSnapshot, VerifiedSource};
+use super::snapshot::{
+    ObservedFact, ProgressSnapshot, SnapshotLimits, VerifiedSnapshot, VerifiedSource,
+};
 
 /// Why the agent stopped (`stop_reason` of the API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -350,8 +352,12 @@ pub fn after_repair(
 /// What SemanticGuard concluded, after all permitted attempts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Judgement {
-    Supported { reason: String },
-    Unsupported { reason: String },
+    Supported {
+        reason: String,
+    },
+    Unsupported {
+        reason: String,
+    },
     /// Every permitted attempt failed technically, or a limit or budget denied the call.
     Unavailable,
 }
@@ -443,13 +449,20 @@ mod tests {
             FallbackType::ALL.iter().map(|t| t.message()).collect();
         assert_eq!(texts.len(), 5);
         let r = ReleaseResult::evidence_validation_failed("r");
-        assert_eq!(r.message.as_deref(), Some(FallbackType::EvidenceValidationFailed.message()));
+        assert_eq!(
+            r.message.as_deref(),
+            Some(FallbackType::EvidenceValidationFailed.message())
+        );
         assert!(r.report.is_none() && r.verified_sources.is_empty());
     }
 
     #[test]
     fn a_passing_concluded_draft_goes_to_semantic_review() {
-        let (step, audit) = start(StopReason::FinalAnswer, DraftInput::Parsed(good_draft()), &run_evidence());
+        let (step, audit) = start(
+            StopReason::FinalAnswer,
+            DraftInput::Parsed(good_draft()),
+            &run_evidence(),
+        );
         assert!(matches!(step, Step::Judge(_)));
         assert!(audit.violations.is_empty());
     }
@@ -458,7 +471,11 @@ mod tests {
     fn a_failing_concluded_draft_goes_to_repair_with_its_violations() {
         let mut draft = good_draft();
         draft.analyses[0].tool_call_ids = vec!["c-ghost".into()];
-        let (step, audit) = start(StopReason::FinalAnswer, DraftInput::Parsed(draft), &run_evidence());
+        let (step, audit) = start(
+            StopReason::FinalAnswer,
+            DraftInput::Parsed(draft),
+            &run_evidence(),
+        );
         match step {
             Step::Repair { violations, .. } => assert_eq!(violations[0].rule, Rule::CallMissing),
             other => panic!("{other:?}"),
@@ -468,10 +485,16 @@ mod tests {
 
     #[test]
     fn controlled_stop_releases_progress_without_the_draft() {
-        for stop in [StopReason::InformationSaturation, StopReason::BudgetExhausted] {
+        for stop in [
+            StopReason::InformationSaturation,
+            StopReason::BudgetExhausted,
+        ] {
             let (step, _) = start(stop, DraftInput::Parsed(good_draft()), &run_evidence());
             let result = finished(step);
-            assert_eq!(result.fallback_type, Some(FallbackType::InsufficientEvidence));
+            assert_eq!(
+                result.fallback_type,
+                Some(FallbackType::InsufficientEvidence)
+            );
             assert_eq!(result.observed_facts.len(), 3);
             assert!(result.report.is_none());
         }
@@ -480,9 +503,16 @@ mod tests {
     #[test]
     fn an_unparseable_draft_publishes_only_the_progress_snapshot() {
         let err = Draft::parse_text("The pool is exhausted, trust me. call c-ghost").unwrap_err();
-        let (step, audit) = start(StopReason::FinalAnswer, DraftInput::Unparseable(err), &run_evidence());
+        let (step, audit) = start(
+            StopReason::FinalAnswer,
+            DraftInput::Unparseable(err),
+            &run_evidence(),
+        );
         let result = finished(step);
-        assert_eq!(result.fallback_type, Some(FallbackType::InsufficientEvidence));
+        assert_eq!(
+            result.fallback_type,
+            Some(FallbackType::InsufficientEvidence)
+        );
         let text = serde_json::to_string(&result).unwrap();
         assert!(!text.contains("trust me") && !text.contains("c-ghost"));
         assert_eq!(result.observed_facts.len(), 3);
@@ -491,23 +521,39 @@ mod tests {
 
     #[test]
     fn missing_context_needs_no_calls_anywhere() {
-        let draft = json!({"conclusion": null, "analyses": [], "missing_context": ["Which cluster?"]});
-        let empty = RunEvidence { run_id: "r".into(), ..RunEvidence::default() };
+        let draft =
+            json!({"conclusion": null, "analyses": [], "missing_context": ["Which cluster?"]});
+        let empty = RunEvidence {
+            run_id: "r".into(),
+            ..RunEvidence::default()
+        };
         let result = finished(start(StopReason::FinalAnswer, parsed(draft.clone()), &empty).0);
-        assert_eq!(result.fallback_type, Some(FallbackType::MissingRequiredContext));
+        assert_eq!(
+            result.fallback_type,
+            Some(FallbackType::MissingRequiredContext)
+        );
         assert_eq!(result.missing_context, vec!["Which cluster?"]);
         // the run made calls: insufficient evidence instead
         let result = finished(start(StopReason::FinalAnswer, parsed(draft), &run_evidence()).0);
-        assert_eq!(result.fallback_type, Some(FallbackType::InsufficientEvidence));
+        assert_eq!(
+            result.fallback_type,
+            Some(FallbackType::InsufficientEvidence)
+        );
         assert!(result.missing_context.is_empty());
     }
 
     #[test]
     fn no_conclusion_with_nothing_is_insufficient_evidence_with_no_facts() {
-        let empty = RunEvidence { run_id: "r".into(), ..RunEvidence::default() };
+        let empty = RunEvidence {
+            run_id: "r".into(),
+            ..RunEvidence::default()
+        };
         let draft = json!({"conclusion": null, "analyses": []});
         let result = finished(start(StopReason::FinalAnswer, parsed(draft), &empty).0);
-        assert_eq!(result.fallback_type, Some(FallbackType::InsufficientEvidence));
+        assert_eq!(
+            result.fallback_type,
+            Some(FallbackType::InsufficientEvidence)
+        );
         assert!(result.observed_facts.is_empty() && result.verified_sources.is_empty());
     }
 
@@ -517,8 +563,17 @@ mod tests {
         let mut candidate = original.clone();
         candidate.conclusion.as_mut().unwrap().text = "Something else".into();
         let mut audit = Audit::new("r", StopReason::FinalAnswer);
-        let step = after_repair(&original, Ok(candidate), &run_evidence(), &policy(), &mut audit);
-        assert_eq!(finished(step).fallback_type, Some(FallbackType::EvidenceValidationFailed));
+        let step = after_repair(
+            &original,
+            Ok(candidate),
+            &run_evidence(),
+            &policy(),
+            &mut audit,
+        );
+        assert_eq!(
+            finished(step).fallback_type,
+            Some(FallbackType::EvidenceValidationFailed)
+        );
         assert!(!audit.repair.unwrap().accepted);
     }
 
@@ -527,7 +582,13 @@ mod tests {
         let mut original = good_draft();
         original.analyses[0].tool_call_ids = vec!["c-lg".into()];
         let mut audit = Audit::new("r", StopReason::FinalAnswer);
-        let step = after_repair(&original, Ok(good_draft()), &run_evidence(), &policy(), &mut audit);
+        let step = after_repair(
+            &original,
+            Ok(good_draft()),
+            &run_evidence(),
+            &policy(),
+            &mut audit,
+        );
         assert!(matches!(step, Step::Judge(_)));
         assert!(audit.repair.unwrap().accepted);
     }
@@ -537,13 +598,27 @@ mod tests {
         let mut original = good_draft();
         original.analyses[0].tool_call_ids = vec!["c-lg".into()];
         let mut evidence = run_evidence();
-        evidence.records.insert("c-log".into(), mysql_none("r", "c-log"));
+        evidence
+            .records
+            .insert("c-log".into(), mysql_none("r", "c-log"));
         let mut audit = Audit::new("r", StopReason::FinalAnswer);
-        let step = after_repair(&original, Ok(good_draft()), &evidence, &policy(), &mut audit);
+        let step = after_repair(
+            &original,
+            Ok(good_draft()),
+            &evidence,
+            &policy(),
+            &mut audit,
+        );
         let result = finished(step);
-        assert_eq!(result.fallback_type, Some(FallbackType::EvidenceValidationFailed));
+        assert_eq!(
+            result.fallback_type,
+            Some(FallbackType::EvidenceValidationFailed)
+        );
         assert!(result.verified_sources.is_empty());
-        assert_eq!(audit.repair.unwrap().violations_after[0].rule, Rule::KindEvidenceMismatch);
+        assert_eq!(
+            audit.repair.unwrap().violations_after[0].rule,
+            Rule::KindEvidenceMismatch
+        );
         let _ = log_found("r", "x");
     }
 
@@ -558,12 +633,28 @@ mod tests {
             draft: good_draft(),
         };
         let mut audit = Audit::new("r", StopReason::FinalAnswer);
-        let ok = after_judgement("r", Judgement::Supported { reason: "fits".into() }, &judged, &mut audit);
+        let ok = after_judgement(
+            "r",
+            Judgement::Supported {
+                reason: "fits".into(),
+            },
+            &judged,
+            &mut audit,
+        );
         assert_eq!(ok.outcome, Outcome::Success);
         assert_eq!(ok.report, Some(good_draft().user_visible()));
-        let no = after_judgement("r", Judgement::Unsupported { reason: "SECRET-REASON".into() }, &judged, &mut audit);
+        let no = after_judgement(
+            "r",
+            Judgement::Unsupported {
+                reason: "SECRET-REASON".into(),
+            },
+            &judged,
+            &mut audit,
+        );
         assert_eq!(no.fallback_type, Some(FallbackType::SemanticUnsupported));
-        assert!(!serde_json::to_string(&no).unwrap().contains("SECRET-REASON"));
+        assert!(!serde_json::to_string(&no)
+            .unwrap()
+            .contains("SECRET-REASON"));
         assert_eq!(no.verified_sources.len(), 3);
         let down = after_judgement("r", Judgement::Unavailable, &judged, &mut audit);
         assert_eq!(down.fallback_type, Some(FallbackType::SemanticUnavailable));

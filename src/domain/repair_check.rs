@@ -61,16 +61,34 @@ pub fn compare(original: &Draft, candidate: &Draft) -> Result<(), RepairRejectio
         _ => return Err(RepairRejection::ConclusionChanged),
     }
 
-    same_count("analyses", original.analyses.len(), candidate.analyses.len())?;
-    for (index, (a, b)) in original.analyses.iter().zip(&candidate.analyses).enumerate() {
+    same_count(
+        "analyses",
+        original.analyses.len(),
+        candidate.analyses.len(),
+    )?;
+    for (index, (a, b)) in original
+        .analyses
+        .iter()
+        .zip(&candidate.analyses)
+        .enumerate()
+    {
         same_text("analyses", index, &a.text, &b.text)?;
         if a.kind != b.kind {
             return Err(RepairRejection::KindChanged { index });
         }
     }
 
-    same_count("action_plan", original.action_plan.len(), candidate.action_plan.len())?;
-    for (index, (a, b)) in original.action_plan.iter().zip(&candidate.action_plan).enumerate() {
+    same_count(
+        "action_plan",
+        original.action_plan.len(),
+        candidate.action_plan.len(),
+    )?;
+    for (index, (a, b)) in original
+        .action_plan
+        .iter()
+        .zip(&candidate.action_plan)
+        .enumerate()
+    {
         same_text("action_plan", index, &a.text, &b.text)?;
         if a.requires_human_confirmation != b.requires_human_confirmation {
             return Err(RepairRejection::ConfirmationChanged { index });
@@ -121,15 +139,22 @@ mod tests {
     #[test]
     fn every_user_visible_change_is_rejected() {
         let original = good_draft();
-        let cases: Vec<(Box<dyn Fn(&mut Draft)>, RepairRejection)> = vec![
+        type Mutation = Box<dyn Fn(&mut Draft)>;
+        let cases: Vec<(Mutation, RepairRejection)> = vec![
             (
                 Box::new(|d| d.conclusion.as_mut().unwrap().text.push('!')),
                 RepairRejection::ConclusionChanged,
             ),
-            (Box::new(|d| d.conclusion = None), RepairRejection::ConclusionChanged),
+            (
+                Box::new(|d| d.conclusion = None),
+                RepairRejection::ConclusionChanged,
+            ),
             (
                 Box::new(|d| d.analyses[1].text = "Slow queries found.".into()),
-                RepairRejection::TextChanged { section: "analyses", index: 1 },
+                RepairRejection::TextChanged {
+                    section: "analyses",
+                    index: 1,
+                },
             ),
             (
                 Box::new(|d| d.analyses[1].kind = AnalysisKind::Normal),
@@ -137,13 +162,20 @@ mod tests {
             ),
             (
                 Box::new(|d| d.analyses.swap(0, 1)),
-                RepairRejection::TextChanged { section: "analyses", index: 0 },
+                RepairRejection::TextChanged {
+                    section: "analyses",
+                    index: 0,
+                },
             ),
             (
                 Box::new(|d| {
                     d.analyses.pop();
                 }),
-                RepairRejection::CountChanged { section: "analyses", before: 2, after: 1 },
+                RepairRejection::CountChanged {
+                    section: "analyses",
+                    before: 2,
+                    after: 1,
+                },
             ),
             (
                 Box::new(|d| d.action_plan[0].requires_human_confirmation = false),
@@ -151,13 +183,22 @@ mod tests {
             ),
             (
                 Box::new(|d| d.action_plan[0].text = "Restart the database.".into()),
-                RepairRejection::TextChanged { section: "action_plan", index: 0 },
+                RepairRejection::TextChanged {
+                    section: "action_plan",
+                    index: 0,
+                },
             ),
             (
                 Box::new(|d| d.recommendations[0].text.clear()),
-                RepairRejection::TextChanged { section: "recommendations", index: 0 },
+                RepairRejection::TextChanged {
+                    section: "recommendations",
+                    index: 0,
+                },
             ),
-            (Box::new(|d| d.limitations.clear()), RepairRejection::LimitationsChanged),
+            (
+                Box::new(|d| d.limitations.clear()),
+                RepairRejection::LimitationsChanged,
+            ),
             (
                 Box::new(|d| d.missing_context.push("x".into())),
                 RepairRejection::MissingContextChanged,

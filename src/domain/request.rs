@@ -66,7 +66,9 @@ impl ReleaseBody {
     pub fn parse(bytes: &[u8]) -> Result<ReleaseBody, RequestError> {
         // serde would also build the struct from a JSON array; only an object is a body.
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return Err(RequestError::Malformed("the body must be a JSON object".into()));
+            return Err(RequestError::Malformed(
+                "the body must be a JSON object".into(),
+            ));
         }
         serde_json::from_slice(bytes).map_err(|e| {
             RequestError::Malformed(e.to_string().lines().next().unwrap_or_default().to_string())
@@ -92,7 +94,9 @@ pub fn release_request(
     draft_json: Option<&str>,
 ) -> Result<ReleaseRequest, RequestError> {
     validate_run_id(run_id)?;
-    let query = query.filter(|q| !q.trim().is_empty()).ok_or(RequestError::QueryRequired)?;
+    let query = query
+        .filter(|q| !q.trim().is_empty())
+        .ok_or(RequestError::QueryRequired)?;
     let stop_reason = match stop_reason {
         None => StopReason::FinalAnswer,
         Some(raw) => StopReason::parse(raw).ok_or(RequestError::InvalidStopReason)?,
@@ -130,13 +134,18 @@ mod tests {
             assert!(validate_run_id(ok).is_ok(), "{ok}");
         }
         for bad in ["", "r/42", "r 42", "r{42}", "ü", &"x".repeat(129), "r%2F42"] {
-            assert_eq!(validate_run_id(bad), Err(RequestError::InvalidRunId), "{bad}");
+            assert_eq!(
+                validate_run_id(bad),
+                Err(RequestError::InvalidRunId),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn a_valid_body_becomes_a_request() {
-        let r = body(r#"{"query": "why?", "draft": {"conclusion": null, "analyses": []}}"#).unwrap();
+        let r =
+            body(r#"{"query": "why?", "draft": {"conclusion": null, "analyses": []}}"#).unwrap();
         assert_eq!(r.stop_reason, StopReason::FinalAnswer);
         assert!(matches!(r.draft, DraftInput::Parsed(_)));
         let r = body(r#"{"query": "why?", "draft": "not json", "stop_reason": null}"#).unwrap();
@@ -146,16 +155,28 @@ mod tests {
     #[test]
     fn bad_bodies_are_rejected_with_a_reason() {
         assert_eq!(body(r#"{"draft": {}}"#), Err(RequestError::QueryRequired));
-        assert_eq!(body(r#"{"query": "  ", "draft": {}}"#), Err(RequestError::QueryRequired));
+        assert_eq!(
+            body(r#"{"query": "  ", "draft": {}}"#),
+            Err(RequestError::QueryRequired)
+        );
         assert_eq!(
             body(r#"{"query": "q", "draft": {}, "stop_reason": "GAVE_UP"}"#),
             Err(RequestError::InvalidStopReason)
         );
         assert_eq!(body(r#"{"query": "q"}"#), Err(RequestError::DraftRequired));
-        assert_eq!(body(r#"{"query": "q", "draft": null}"#), Err(RequestError::DraftRequired));
+        assert_eq!(
+            body(r#"{"query": "q", "draft": null}"#),
+            Err(RequestError::DraftRequired)
+        );
         assert!(matches!(body("{not json"), Err(RequestError::Malformed(_))));
-        assert!(matches!(body(r#"{"query": 5, "draft": {}}"#), Err(RequestError::Malformed(_))));
-        assert!(matches!(body(r#"{"query": "q", "draft": {}, "x": 1}"#), Err(RequestError::Malformed(_))));
+        assert!(matches!(
+            body(r#"{"query": 5, "draft": {}}"#),
+            Err(RequestError::Malformed(_))
+        ));
+        assert!(matches!(
+            body(r#"{"query": "q", "draft": {}, "x": 1}"#),
+            Err(RequestError::Malformed(_))
+        ));
         assert!(matches!(body("[]"), Err(RequestError::Malformed(_))));
     }
 
@@ -163,7 +184,8 @@ mod tests {
     fn controlled_stops_need_no_draft_and_ignore_one() {
         let r = body(r#"{"query": "q", "stop_reason": "BUDGET_EXHAUSTED"}"#).unwrap();
         assert_eq!(r.draft, DraftInput::Absent);
-        let r = body(r#"{"query": "q", "stop_reason": "INFORMATION_SATURATION", "draft": "junk"}"#).unwrap();
+        let r = body(r#"{"query": "q", "stop_reason": "INFORMATION_SATURATION", "draft": "junk"}"#)
+            .unwrap();
         assert_eq!(r.draft, DraftInput::Absent);
     }
 }

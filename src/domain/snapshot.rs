@@ -247,13 +247,16 @@ impl VerifiedSnapshot {
 
     /// `verified_sources` in citation order, one per distinct (tool, source, scope).
     pub fn verified_sources(&self) -> Vec<VerifiedSource> {
-        distinct_sources(self.analyses.iter().flat_map(|a| a.evidence.iter()).flat_map(
-            |item| {
-                item.sources()
-                    .into_iter()
-                    .map(move |s| (item.tool, s, &item.scope))
-            },
-        ))
+        distinct_sources(
+            self.analyses
+                .iter()
+                .flat_map(|a| a.evidence.iter())
+                .flat_map(|item| {
+                    item.sources()
+                        .into_iter()
+                        .map(move |s| (item.tool, s, &item.scope))
+                }),
+        )
     }
 }
 
@@ -455,7 +458,15 @@ mod tests {
             &SnapshotLimits::default(),
         ))
         .unwrap();
-        for canary in ["c-log", "c-sql", "c-rag", "c-uncited", "RAW-", "run:{", "tool_call_id"] {
+        for canary in [
+            "c-log",
+            "c-sql",
+            "c-rag",
+            "c-uncited",
+            "RAW-",
+            "run:{",
+            "tool_call_id",
+        ] {
             assert!(!text.contains(canary), "{canary} leaked into {text}");
         }
     }
@@ -488,7 +499,14 @@ mod tests {
         let item = &snap["analyses"][0]["evidence"][0];
         assert_eq!(item["entries"].as_array().unwrap().len(), 3);
         assert_eq!(item["entries_omitted"], 27);
-        assert_eq!(item["entries"][0]["message"].as_str().unwrap().chars().count(), 100);
+        assert_eq!(
+            item["entries"][0]["message"]
+                .as_str()
+                .unwrap()
+                .chars()
+                .count(),
+            100
+        );
         assert_eq!(item["entries"][0]["message_truncated"], true);
     }
 
@@ -498,9 +516,12 @@ mod tests {
         draft.analyses[1].tool_call_ids = vec!["c-sql".into()];
         draft.analyses[0].tool_call_ids = vec!["c-rag".into(), "c-log".into(), "c-rag".into()];
         let run = run_evidence().resolve(&draft.cited_call_ids());
-        let sources = VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default())
-            .verified_sources();
-        let got: Vec<_> = sources.iter().map(|s| (s.tool.as_str(), s.source.as_str())).collect();
+        let sources =
+            VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default()).verified_sources();
+        let got: Vec<_> = sources
+            .iter()
+            .map(|s| (s.tool.as_str(), s.source.as_str()))
+            .collect();
         assert_eq!(
             got,
             vec![
@@ -536,7 +557,11 @@ mod tests {
             all.facts[0].summary,
             "log_search in order-api, level:ERROR AND timeout, 10:00–11:00: 132 matches"
         );
-        let sources: Vec<_> = all.verified_sources.iter().map(|s| s.source.as_str()).collect();
+        let sources: Vec<_> = all
+            .verified_sources
+            .iter()
+            .map(|s| s.source.as_str())
+            .collect();
         assert_eq!(sources, vec!["order-api", "orders-db", "kb-123"]);
     }
 

@@ -76,9 +76,10 @@ fn classify(error: OpenAIError) -> SendFailure {
             AttemptOutcome::Parse,
             "the response body is not a JSON chat completion".to_string(),
         ),
-        OpenAIError::Reqwest(e) if e.is_timeout() => {
-            (AttemptOutcome::Timeout, "the HTTP client timed out".to_string())
-        }
+        OpenAIError::Reqwest(e) if e.is_timeout() => (
+            AttemptOutcome::Timeout,
+            "the HTTP client timed out".to_string(),
+        ),
         OpenAIError::Reqwest(e) if e.is_connect() => {
             (AttemptOutcome::Transport, "connection failed".to_string())
         }
@@ -86,7 +87,10 @@ fn classify(error: OpenAIError) -> SendFailure {
             AttemptOutcome::Transport,
             "the connection failed or was reset".to_string(),
         ),
-        _ => (AttemptOutcome::Transport, "the request could not be completed".to_string()),
+        _ => (
+            AttemptOutcome::Transport,
+            "the request could not be completed".to_string(),
+        ),
     };
     SendFailure { class, detail }
 }

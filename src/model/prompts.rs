@@ -218,7 +218,11 @@ pub fn semantic_request(
             SEMANTIC_SYSTEM_PROMPT,
             user,
             shape.max_output_tokens,
-            response_format(shape.structured_output, "semantic_verdict", verdict_schema()),
+            response_format(
+                shape.structured_output,
+                "semantic_verdict",
+                verdict_schema(),
+            ),
         ),
         shape.max_output_tokens,
     )
@@ -278,7 +282,8 @@ mod tests {
         let draft = good_draft();
         let run = run_evidence().resolve(&draft.cited_call_ids());
         let snapshot = VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default());
-        let req = semantic_request(&shape(mode), "Why timeouts?", &draft, &snapshot, "n0nce").unwrap();
+        let req =
+            semantic_request(&shape(mode), "Why timeouts?", &draft, &snapshot, "n0nce").unwrap();
         serde_json::from_str(req.body().get()).unwrap()
     }
 
@@ -288,11 +293,19 @@ mod tests {
         assert_eq!(body["model"], "judge-1");
         assert_eq!(body["temperature"], 0);
         assert_eq!(body["max_tokens"], 512);
-        assert_eq!(body["response_format"]["json_schema"]["name"], "semantic_verdict");
+        assert_eq!(
+            body["response_format"]["json_schema"]["name"],
+            "semantic_verdict"
+        );
         assert!(body.get("tools").is_none());
         assert_eq!(body["messages"].as_array().unwrap().len(), 2);
-        assert_eq!(semantic(StructuredOutput::JsonObject)["response_format"]["type"], "json_object");
-        assert!(semantic(StructuredOutput::None).get("response_format").is_none());
+        assert_eq!(
+            semantic(StructuredOutput::JsonObject)["response_format"]["type"],
+            "json_object"
+        );
+        assert!(semantic(StructuredOutput::None)
+            .get("response_format")
+            .is_none());
     }
 
     #[test]
@@ -310,7 +323,10 @@ mod tests {
 
     #[test]
     fn invisible_controls_are_removed_from_evidence() {
-        assert_eq!(strip_invisible("a\u{200B}b\u{202E}c\u{FEFF}d\u{2066}"), "abcd");
+        assert_eq!(
+            strip_invisible("a\u{200B}b\u{202E}c\u{FEFF}d\u{2066}"),
+            "abcd"
+        );
         assert_eq!(strip_invisible("plain – text"), "plain – text");
     }
 
@@ -327,9 +343,18 @@ mod tests {
             tool: ToolName::LogSearch,
             evidence_status: EvidenceStatus::EvidenceFound,
         }];
-        let req = repair_request(&shape(StructuredOutput::JsonSchema), &good_draft(), &[], &usable).unwrap();
+        let req = repair_request(
+            &shape(StructuredOutput::JsonSchema),
+            &good_draft(),
+            &[],
+            &usable,
+        )
+        .unwrap();
         let body: Value = serde_json::from_str(req.body().get()).unwrap();
-        assert_eq!(body["response_format"]["json_schema"]["name"], "evidence_repair");
+        assert_eq!(
+            body["response_format"]["json_schema"]["name"],
+            "evidence_repair"
+        );
         let user = body["messages"][1]["content"].as_str().unwrap();
         assert!(user.contains("\"usable_calls\"") && user.contains("c-log"));
     }

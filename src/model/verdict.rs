@@ -42,8 +42,12 @@ pub struct Completion {
 pub fn usage(envelope: &Value) -> (Option<u64>, Option<u64>) {
     let usage = envelope.get("usage");
     (
-        usage.and_then(|u| u.get("prompt_tokens")).and_then(Value::as_u64),
-        usage.and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64),
+        usage
+            .and_then(|u| u.get("prompt_tokens"))
+            .and_then(Value::as_u64),
+        usage
+            .and_then(|u| u.get("completion_tokens"))
+            .and_then(Value::as_u64),
     )
 }
 
@@ -66,7 +70,11 @@ pub fn read_completion(envelope: &Value, max_bytes: u64) -> Result<Completion, A
     match choice.get("finish_reason").and_then(Value::as_str) {
         Some("stop") => {}
         Some("length") => return Err(parse_error("the output was cut at max_tokens")),
-        Some(other) => return Err(schema_error(format!("finish_reason is {other:?}, not \"stop\""))),
+        Some(other) => {
+            return Err(schema_error(format!(
+                "finish_reason is {other:?}, not \"stop\""
+            )))
+        }
         None => return Err(schema_error("finish_reason is missing")),
     }
     let content = message
@@ -130,7 +138,9 @@ pub fn parse_verdict(content: &str) -> Result<Verdict, AnswerError> {
 /// The repair model's answer: a whole Draft, parsed as strictly as the agent's.
 pub fn parse_repaired_draft(content: &str) -> Result<Draft, AnswerError> {
     Draft::parse_text(content).map_err(|e| match e {
-        DraftParseError::Schema(m) => schema_error(format!("the repaired draft has the wrong shape: {m}")),
+        DraftParseError::Schema(m) => {
+            schema_error(format!("the repaired draft has the wrong shape: {m}"))
+        }
         DraftParseError::InvalidJson(_) | DraftParseError::NotAnObject(_) => {
             parse_error("the output is not a single JSON object")
         }
@@ -151,18 +161,30 @@ mod tests {
     #[test]
     fn reads_a_well_formed_completion_with_usage() {
         let c = read_completion(&envelope(json!("{}"), "stop"), 100).unwrap();
-        assert_eq!((c.prompt_tokens, c.completion_tokens), (Some(900), Some(30)));
+        assert_eq!(
+            (c.prompt_tokens, c.completion_tokens),
+            (Some(900), Some(30))
+        );
     }
 
     #[test]
     fn envelope_problems_are_classified() {
         let class = |e: Value| read_completion(&e, 20).unwrap_err().class;
         assert_eq!(class(json!({"choices": []})), AttemptOutcome::Parse);
-        assert_eq!(class(envelope(json!("{}"), "length")), AttemptOutcome::Parse);
-        assert_eq!(class(envelope(json!("{}"), "content_filter")), AttemptOutcome::Schema);
+        assert_eq!(
+            class(envelope(json!("{}"), "length")),
+            AttemptOutcome::Parse
+        );
+        assert_eq!(
+            class(envelope(json!("{}"), "content_filter")),
+            AttemptOutcome::Schema
+        );
         assert_eq!(class(envelope(json!(null), "stop")), AttemptOutcome::Parse);
         assert_eq!(class(envelope(json!("  "), "stop")), AttemptOutcome::Parse);
-        assert_eq!(class(envelope(json!("x".repeat(21)), "stop")), AttemptOutcome::Parse);
+        assert_eq!(
+            class(envelope(json!("x".repeat(21)), "stop")),
+            AttemptOutcome::Parse
+        );
         let mut refused = envelope(json!(null), "stop");
         refused["choices"][0]["message"]["refusal"] = json!("I can't help with that.");
         assert_eq!(class(refused), AttemptOutcome::Schema);
@@ -170,30 +192,58 @@ mod tests {
 
     #[test]
     fn strict_verdicts_parse() {
-        let v = parse_verdict(r#"{"verdict": "UNSUPPORTED", "reason": "No deploy in evidence."}"#).unwrap();
+        let v = parse_verdict(r#"{"verdict": "UNSUPPORTED", "reason": "No deploy in evidence."}"#)
+            .unwrap();
         assert!(!v.supported);
-        assert!(parse_verdict(" {\"verdict\":\"SUPPORTED\",\"reason\":\"ok\"}\n").unwrap().supported);
+        assert!(
+            parse_verdict(" {\"verdict\":\"SUPPORTED\",\"reason\":\"ok\"}\n")
+                .unwrap()
+                .supported
+        );
     }
 
     #[test]
     fn anything_else_is_a_parse_or_schema_failure() {
         let class = |s: &str| parse_verdict(s).unwrap_err().class;
         assert_eq!(class("SUPPORTED"), AttemptOutcome::Parse);
-        assert_eq!(class("```json\n{\"verdict\":\"SUPPORTED\",\"reason\":\"r\"}\n```"), AttemptOutcome::Parse);
-        assert_eq!(class("Sure! {\"verdict\":\"SUPPORTED\",\"reason\":\"r\"}"), AttemptOutcome::Parse);
-        assert_eq!(class("{\"verdict\":\"SUPPORTED\",\"reason\":\"r\",\"report\":{}}"), AttemptOutcome::Schema);
-        assert_eq!(class("{\"verdict\":\"MOSTLY\",\"reason\":\"r\"}"), AttemptOutcome::Schema);
-        assert_eq!(class("{\"verdict\":\"SUPPORTED\",\"reason\":\"  \"}"), AttemptOutcome::Schema);
+        assert_eq!(
+            class("```json\n{\"verdict\":\"SUPPORTED\",\"reason\":\"r\"}\n```"),
+            AttemptOutcome::Parse
+        );
+        assert_eq!(
+            class("Sure! {\"verdict\":\"SUPPORTED\",\"reason\":\"r\"}"),
+            AttemptOutcome::Parse
+        );
+        assert_eq!(
+            class("{\"verdict\":\"SUPPORTED\",\"reason\":\"r\",\"report\":{}}"),
+            AttemptOutcome::Schema
+        );
+        assert_eq!(
+            class("{\"verdict\":\"MOSTLY\",\"reason\":\"r\"}"),
+            AttemptOutcome::Schema
+        );
+        assert_eq!(
+            class("{\"verdict\":\"SUPPORTED\",\"reason\":\"  \"}"),
+            AttemptOutcome::Schema
+        );
         assert_eq!(class("{\"verdict\":\"SUPPORTED\"}"), AttemptOutcome::Schema);
-        assert_eq!(class("{\"verdict\":true,\"reason\":\"r\"}"), AttemptOutcome::Schema);
+        assert_eq!(
+            class("{\"verdict\":true,\"reason\":\"r\"}"),
+            AttemptOutcome::Schema
+        );
     }
 
     #[test]
     fn repaired_drafts_parse_strictly() {
         assert!(parse_repaired_draft("{\"conclusion\": null, \"analyses\": []}").is_ok());
-        assert_eq!(parse_repaired_draft("here you go").unwrap_err().class, AttemptOutcome::Parse);
         assert_eq!(
-            parse_repaired_draft("{\"conclusion\": null, \"analyses\": [], \"note\": 1}").unwrap_err().class,
+            parse_repaired_draft("here you go").unwrap_err().class,
+            AttemptOutcome::Parse
+        );
+        assert_eq!(
+            parse_repaired_draft("{\"conclusion\": null, \"analyses\": [], \"note\": 1}")
+                .unwrap_err()
+                .class,
             AttemptOutcome::Schema
         );
     }

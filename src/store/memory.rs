@@ -28,7 +28,9 @@ impl MemoryStore {
 
     fn data(&self) -> MutexGuard<'_, Data> {
         // A panic while holding this lock leaves plain maps behind; keep using them.
-        self.data.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.data
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Stores a record under `P:run:{run}:call:{call}` (as the agent's tool layer would).

@@ -80,6 +80,9 @@ fn lookup_ids<'a>(ids: impl Iterator<Item = &'a String>) -> Vec<String> {
         .collect()
 }
 
+/// The store a process uses; one per process, cloned per run (the Redis variant is larger,
+/// which does not matter at this count).
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub enum Store {
     Memory(MemoryStore),
@@ -187,7 +190,12 @@ impl Store {
     }
 
     /// Takes the in-flight lock of a run for `ttl`; false if another release holds it.
-    pub async fn try_lock(&self, run: &str, token: &str, ttl: Duration) -> Result<bool, StoreError> {
+    pub async fn try_lock(
+        &self,
+        run: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
         match self {
             Store::Memory(s) => Ok(s.try_lock(run, token)),
             Store::Redis(s) => s.try_lock(run, token, ttl).await,

@@ -83,7 +83,11 @@ impl RedisStore {
         })
     }
 
-    pub(super) async fn calls(&self, run: &str, max_calls: usize) -> Result<Vec<String>, StoreError> {
+    pub(super) async fn calls(
+        &self,
+        run: &str,
+        max_calls: usize,
+    ) -> Result<Vec<String>, StoreError> {
         let mut conn = self.conn.clone();
         let start = -(max_calls.max(1) as isize);
         conn.lrange(self.keys.calls(run), start, -1)
@@ -150,7 +154,12 @@ impl RedisStore {
             .map_err(failed("get_audit"))
     }
 
-    pub(super) async fn put_result(&self, run: &str, result: &str, audit: &str) -> Result<(), StoreError> {
+    pub(super) async fn put_result(
+        &self,
+        run: &str,
+        result: &str,
+        audit: &str,
+    ) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         let _: () = redis::pipe()
             .atomic()
@@ -164,7 +173,12 @@ impl RedisStore {
         Ok(())
     }
 
-    pub(super) async fn try_lock(&self, run: &str, token: &str, ttl: Duration) -> Result<bool, StoreError> {
+    pub(super) async fn try_lock(
+        &self,
+        run: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
         let mut conn = self.conn.clone();
         let set: Option<String> = redis::cmd("SET")
             .arg(self.keys.lock(run))

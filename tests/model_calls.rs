@@ -1,0 +1,495 @@
+//! The guarded model path against real HTTP servers speaking the OpenAI protocol:
+//! timeouts (paused clock where it makes them exact), cancellation that closes the model
+//! connection, the cancel marker before each call, budgets and limits that deny without
+//! sending, strict output limits, and request settings from configuration.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use release_harness::actors::{CancelRun, StartRelease};
+use release_harness::config::StructuredOutput;
+use release_harness::domain::audit::CancelSource;
+use serde_json::{json, Value};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+fn outcomes(audit: &Value) -> Vec<String> {
+    audit["model_attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            format!(
+                "{}:{}",
+                a["role"].as_str().unwrap(),
+                a["outcome"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// On the paused clock, elapsed time is exact up to tokio's 1 ms timer resolution per timer.
+fn assert_virtual_elapsed(started: tokio::time::Instant, seconds: u64, what: &str) {
+    let elapsed = started.elapsed();
+    let expected = Duration::from_secs(seconds);
+    assert!(
+        elapsed >= expected && elapsed <= expected + Duration::from_millis(10),
+        "{what}: {elapsed:?} on the paused clock"
+    );
+}
+
+fn typo_draft() -> Value {
+    let mut d = good_draft();
+    d["analyses"][0]["tool_call_ids"] = json!(["call-log-1"]);
+    d
+}
+
+#[actix_rt::test]
+async fn a_hanging_model_is_cut_at_the_attempt_timeout() {
+    tokio::time::pause();
+    let hanging = HangingModel::start();
+    let mut cfg = config(Some(&hanging.url));
+    cfg.model.connect_timeout_ms = 3_600_000;
+    cfg.semantic_guard.attempt_timeout_ms = 20_000;
+    cfg.semantic_guard.total_timeout_ms = 45_000;
+    let run = unique_run("hang-attempt");
+    let started = tokio::time::Instant::now();
+    let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
+    assert_virtual_elapsed(started, 40, "two attempts of 20 s each");
+    assert_eq!(
+        outcomes(&out.audit),
+        vec!["semantic:timeout", "semantic:timeout"]
+    );
+    assert_eq!(
+        out.result.fallback_type.map(|f| f.as_str()),
+        Some("SEMANTIC_UNAVAILABLE")
+    );
+}
+
+#[actix_rt::test]
+async fn a_hanging_model_is_cut_at_the_total_timeout() {
+    tokio::time::pause();
+    let hanging = HangingModel::start();
+    let mut cfg = config(Some(&hanging.url));
+    cfg.model.connect_timeout_ms = 3_600_000;
+    cfg.semantic_guard.attempt_timeout_ms = 30_000;
+    cfg.semantic_guard.total_timeout_ms = 45_000;
+    let run = unique_run("hang-total");
+    let started = tokio::time::Instant::now();
+    let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
+    assert_virtual_elapsed(
+        started,
+        45,
+        "the second attempt gets only what is left of 45 s",
+    );
+    let attempts = out.audit["model_attempts"].as_array().unwrap();
+    let second: u64 = attempts[1]["detail"]
+        .as_str()
+        .unwrap()
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (14_990..=15_000).contains(&second),
+        "the second attempt was cut at {second} ms"
+    );
+    assert_eq!(
+        out.result.fallback_type.map(|f| f.as_str()),
+        Some("SEMANTIC_UNAVAILABLE")
+    );
+}
+
+#[actix_rt::test]
+async fn a_hanging_repair_is_cut_at_the_repair_timeout() {
+    tokio::time::pause();
+    let hanging = HangingModel::start();
+    let mut cfg = config(Some(&hanging.url));
+    cfg.model.connect_timeout_ms = 3_600_000;
+    cfg.repair.timeout_ms = 20_000;
+    let run = unique_run("hang-repair");
+    let started = tokio::time::Instant::now();
+    let out = release(cfg, &bundle(&run, typo_draft(), standard_invocations(&run))).await;
+    assert_virtual_elapsed(started, 20, "one repair attempt of 20 s");
+    assert_eq!(outcomes(&out.audit), vec!["repair:timeout"]);
+    assert_eq!(
+        out.result.fallback_type.map(|f| f.as_str()),
+        Some("EVIDENCE_VALIDATION_FAILED")
+    );
+}
+
+#[actix_rt::test]
+async fn cancel_during_a_pending_semantic_call_answers_cancelled_and_closes_the_connection() {
+    let mut hanging = HangingModel::start();
+    let run = unique_run("cancel-semantic");
+    let (registry, store, request) = start_registry(
+        config(Some(&hanging.url)),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    );
+    let pending = actix_rt::spawn(registry.send(StartRelease(request)));
+    assert_eq!(
+        hanging.next(Duration::from_secs(5)).await,
+        Some(Event::Received),
+        "the judge call is pending"
+    );
+    let was_running = registry
+        .send(CancelRun {
+            run_id: run.clone(),
+            source: CancelSource::Http,
+        })
+        .await
+        .unwrap();
+    assert!(was_running);
+    let released = tokio::time::timeout(Duration::from_secs(2), pending)
+        .await
+        .expect("CANCELLED is answered promptly")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(released.result.outcome.as_str(), "CANCELLED");
+    assert_eq!(
+        released.result.fallback_type, None,
+        "a cancel is not converted into a fallback"
+    );
+    assert_eq!(
+        hanging.next(Duration::from_secs(2)).await,
+        Some(Event::Closed),
+        "the model connection is closed"
+    );
+    let audit: Value =
+        serde_json::from_str(&store.get_audit(&run).await.unwrap().unwrap()).unwrap();
+    assert_eq!(audit["cancelled_by"], "http");
+    assert_eq!(outcomes(&audit), vec!["semantic:cancelled"]);
+    let stored: Value =
+        serde_json::from_str(&store.get_result(&run).await.unwrap().unwrap()).unwrap();
+    assert_eq!(stored["outcome"], "CANCELLED");
+}
+
+#[actix_rt::test]
+async fn cancel_during_a_pending_repair_call_answers_cancelled() {
+    let mut hanging = HangingModel::start();
+    let run = unique_run("cancel-repair");
+    let (registry, _store, request) = start_registry(
+        config(Some(&hanging.url)),
+        &bundle(&run, typo_draft(), standard_invocations(&run)),
+    );
+    let pending = actix_rt::spawn(registry.send(StartRelease(request)));
+    assert_eq!(
+        hanging.next(Duration::from_secs(5)).await,
+        Some(Event::Received)
+    );
+    registry.do_send(CancelRun {
+        run_id: run.clone(),
+        source: CancelSource::Pubsub,
+    });
+    let released = tokio::time::timeout(Duration::from_secs(2), pending)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(released.result.outcome.as_str(), "CANCELLED");
+    assert_eq!(
+        hanging.next(Duration::from_secs(2)).await,
+        Some(Event::Closed)
+    );
+}
+
+#[actix_rt::test]
+async fn a_model_answer_after_cancel_is_never_released() {
+    let server = MockServer::start().await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "late").set_delay(Duration::from_millis(400)),
+    )
+    .await;
+    let run = unique_run("late-answer");
+    let (registry, store, request) = start_registry(
+        config(Some(&server.uri())),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    );
+    let pending = actix_rt::spawn(registry.send(StartRelease(request.clone())));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    registry.do_send(CancelRun {
+        run_id: run.clone(),
+        source: CancelSource::Http,
+    });
+    let released = pending.await.unwrap().unwrap().unwrap();
+    assert_eq!(released.result.outcome.as_str(), "CANCELLED");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let stored: Value =
+        serde_json::from_str(&store.get_result(&run).await.unwrap().unwrap()).unwrap();
+    assert_eq!(
+        stored["outcome"], "CANCELLED",
+        "the late SUPPORTED changed nothing"
+    );
+    let again = registry.send(StartRelease(request)).await.unwrap().unwrap();
+    assert!(again.replayed && again.result.outcome.as_str() == "CANCELLED");
+}
+
+#[actix_rt::test]
+async fn the_cancel_marker_is_checked_before_each_model_call() {
+    let server = MockServer::start().await;
+    on_semantic(
+        &server,
+        ResponseTemplate::new(503).set_delay(Duration::from_millis(300)),
+    )
+    .await;
+    let run = unique_run("marker-between");
+    let (registry, store, request) = start_registry(
+        config(Some(&server.uri())),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    );
+    let pending = actix_rt::spawn(registry.send(StartRelease(request)));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The marker alone, as if set by the agent or by a replica whose pub/sub message was lost.
+    store.cancel(&run).await.unwrap();
+    let released = pending.await.unwrap().unwrap().unwrap();
+    assert_eq!(released.result.outcome.as_str(), "CANCELLED");
+    assert_eq!(requests(&server).await.len(), 1, "the retry was not sent");
+    let audit: Value =
+        serde_json::from_str(&store.get_audit(&run).await.unwrap().unwrap()).unwrap();
+    assert_eq!(audit["cancelled_by"], "marker");
+}
+
+#[actix_rt::test]
+async fn a_run_cancelled_before_release_makes_no_model_call() {
+    let server = MockServer::start().await;
+    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    let run = unique_run("marker-first");
+    let (registry, store, request) = start_registry(
+        config(Some(&server.uri())),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    );
+    store.cancel(&run).await.unwrap();
+    let released = registry.send(StartRelease(request)).await.unwrap().unwrap();
+    assert_eq!(released.result.outcome.as_str(), "CANCELLED");
+    assert!(requests(&server).await.is_empty());
+}
+
+#[actix_rt::test]
+async fn the_run_call_budget_denies_the_judge_after_a_repair() {
+    let server = MockServer::start().await;
+    on_repair(&server, content(&good_draft().to_string())).await;
+    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    let mut cfg = config(Some(&server.uri()));
+    cfg.budget.max_model_calls = 1;
+    let run = unique_run("budget-calls");
+    let out = release(cfg, &bundle(&run, typo_draft(), standard_invocations(&run))).await;
+    assert_eq!(
+        outcomes(&out.audit),
+        vec!["repair:ok", "semantic:budget_denied"]
+    );
+    assert_eq!(
+        requests(&server).await.len(),
+        1,
+        "the denied call is not sent"
+    );
+    assert_eq!(
+        out.result.fallback_type.map(|f| f.as_str()),
+        Some("SEMANTIC_UNAVAILABLE")
+    );
+    assert_eq!(out.audit["budget"]["model_calls"], 1);
+}
+
+#[actix_rt::test]
+async fn limits_and_budgets_deny_without_sending() {
+    type Tweak = fn(&mut release_harness::config::Config);
+    let cases: [(&str, bool, Tweak, &str); 4] = [
+        (
+            "input bytes",
+            false,
+            |c| c.semantic_guard.max_input_bytes = 200,
+            "SEMANTIC_UNAVAILABLE",
+        ),
+        (
+            "run tokens",
+            false,
+            |c| c.budget.max_tokens = 300,
+            "SEMANTIC_UNAVAILABLE",
+        ),
+        (
+            "run bytes",
+            false,
+            |c| c.budget.max_bytes = 1_000,
+            "SEMANTIC_UNAVAILABLE",
+        ),
+        (
+            "repair tokens",
+            true,
+            |c| c.budget.max_tokens = 300,
+            "EVIDENCE_VALIDATION_FAILED",
+        ),
+    ];
+    for (what, needs_repair, tweak, expected) in cases {
+        let server = MockServer::start().await;
+        on_repair(&server, content(&good_draft().to_string())).await;
+        on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+        let mut cfg = config(Some(&server.uri()));
+        tweak(&mut cfg);
+        let run = unique_run("limits");
+        let draft = if needs_repair {
+            typo_draft()
+        } else {
+            good_draft()
+        };
+        let out = release(cfg, &bundle(&run, draft, standard_invocations(&run))).await;
+        assert!(
+            requests(&server).await.is_empty(),
+            "{what}: nothing is sent"
+        );
+        assert_eq!(
+            out.result.fallback_type.map(|f| f.as_str()),
+            Some(expected),
+            "{what}"
+        );
+        let attempts = outcomes(&out.audit);
+        assert_eq!(attempts.len(), 1, "{what}");
+        assert!(
+            attempts[0].ends_with("budget_denied"),
+            "{what}: {attempts:?}"
+        );
+    }
+}
+
+#[actix_rt::test]
+async fn a_verdict_over_the_output_byte_limit_is_a_parse_failure() {
+    let server = MockServer::start().await;
+    on_semantic(&server, verdict("SUPPORTED", &"long reason ".repeat(20))).await;
+    let mut cfg = config(Some(&server.uri()));
+    cfg.semantic_guard.max_output_bytes = 100;
+    let run = unique_run("output-limit");
+    let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
+    assert_eq!(
+        outcomes(&out.audit),
+        vec!["semantic:parse", "semantic:parse"]
+    );
+    assert_eq!(
+        out.result.fallback_type.map(|f| f.as_str()),
+        Some("SEMANTIC_UNAVAILABLE")
+    );
+}
+
+#[actix_rt::test]
+async fn refusals_truncations_and_prose_are_technical_failures() {
+    for (answer, class) in [
+        (
+            json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": "I can't."}, "finish_reason": "stop"}]}),
+            "schema",
+        ),
+        (
+            json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "{\"verdict\": \"SUPP"}, "finish_reason": "length"}]}),
+            "parse",
+        ),
+        (completion("The report looks SUPPORTED to me."), "parse"),
+        (
+            completion("{\"verdict\": \"SUPPORTED\", \"reason\": \"ok\", \"confidence\": 0.9}"),
+            "schema",
+        ),
+        (json!({"error": "not a completion"}), "parse"),
+    ] {
+        let server = MockServer::start().await;
+        on_semantic(&server, ResponseTemplate::new(200).set_body_json(answer)).await;
+        let run = unique_run("garbage");
+        let out = release(
+            config(Some(&server.uri())),
+            &bundle(&run, good_draft(), standard_invocations(&run)),
+        )
+        .await;
+        assert_eq!(outcomes(&out.audit), vec![format!("semantic:{class}"); 2]);
+        assert_eq!(
+            out.result.fallback_type.map(|f| f.as_str()),
+            Some("SEMANTIC_UNAVAILABLE")
+        );
+    }
+}
+
+#[actix_rt::test]
+async fn rate_limits_and_server_errors_are_not_retried_by_the_client() {
+    let server = MockServer::start().await;
+    on_semantic(&server, ResponseTemplate::new(429).set_body_json(json!({"error": {"message": "slow down", "type": "rate_limit_error", "param": null, "code": null}}))).await;
+    let mut cfg = config(Some(&server.uri()));
+    cfg.semantic_guard.max_attempts = 1;
+    let run = unique_run("no-client-retry");
+    let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
+    assert_eq!(
+        requests(&server).await.len(),
+        1,
+        "exactly one request for one attempt"
+    );
+    assert_eq!(outcomes(&out.audit), vec!["semantic:transport"]);
+}
+
+#[actix_rt::test]
+async fn a_refused_connection_is_a_transport_failure() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let run = unique_run("refused");
+    let out = release(
+        config(Some(&format!("http://127.0.0.1:{port}"))),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    )
+    .await;
+    assert_eq!(
+        outcomes(&out.audit),
+        vec!["semantic:transport", "semantic:transport"]
+    );
+    assert_eq!(
+        out.result.fallback_type.map(|f| f.as_str()),
+        Some("SEMANTIC_UNAVAILABLE")
+    );
+}
+
+#[actix_rt::test]
+async fn requests_carry_the_configured_model_key_and_format() {
+    for (mode, format) in [
+        (StructuredOutput::JsonSchema, json!("json_schema")),
+        (StructuredOutput::JsonObject, json!("json_object")),
+        (StructuredOutput::None, Value::Null),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .and(path("/v1/chat/completions"))
+            .and(header("authorization", "Bearer sk-test-key"))
+            .respond_with(verdict("SUPPORTED", "ok"))
+            .mount(&server)
+            .await;
+        let mut cfg = config(Some(&format!("{}/v1", server.uri())));
+        cfg.model.api_key = "sk-test-key".into();
+        cfg.model.name = "qwen2.5-7b-instruct".into();
+        cfg.model.structured_output = mode;
+        let run = unique_run("settings");
+        let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
+        assert_eq!(out.result.outcome.as_str(), "SUCCESS", "{mode:?}");
+        let body: Value = serde_json::from_slice(&requests(&server).await[0].body).unwrap();
+        assert_eq!(body["model"], "qwen2.5-7b-instruct");
+        assert_eq!(body["temperature"], 0);
+        assert_eq!(body["max_tokens"], 512);
+        assert_eq!(body["response_format"]["type"], format);
+    }
+}
+
+#[actix_rt::test]
+async fn tokens_and_bytes_are_accounted_in_the_audit() {
+    let server = MockServer::start().await;
+    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    let run = unique_run("accounting");
+    let out = release(
+        config(Some(&server.uri())),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    )
+    .await;
+    let attempt = &out.audit["model_attempts"][0];
+    assert_eq!(attempt["prompt_tokens"], 1200);
+    assert_eq!(attempt["completion_tokens"], 25);
+    let sent = requests(&server).await[0].body.len() as u64;
+    assert_eq!(attempt["request_bytes"], sent);
+    assert_eq!(out.audit["budget"]["tokens"], 1225);
+    assert_eq!(out.audit["budget"]["model_calls"], 1);
+}
