@@ -10,6 +10,7 @@ pub mod actors;
 pub mod check;
 pub mod config;
 pub mod domain;
+pub mod http;
 pub mod model;
 pub mod store;
 pub mod telemetry;

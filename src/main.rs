@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use release_harness::check::{describe, run_check, RunBundle};
 use release_harness::config::Config;
+use release_harness::http::{Application, StartError};
+use release_harness::telemetry;
 
 #[derive(Parser)]
 #[command(
@@ -21,6 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the HTTP service (CONTRACT §3) on Redis, with the configured model.
+    Serve,
     /// Release one run offline from a run bundle (query, Draft, stop reason, records).
     Check {
         /// The run bundle (JSON).
@@ -31,8 +35,47 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve => serve(),
         Command::Check { bundle } => check(&bundle),
     }
+}
+
+fn serve() -> ExitCode {
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("release-harness serve: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init_tracing(config.server.log_format);
+    let system = actix::System::new();
+    system.block_on(async move {
+        let app = match Application::build(config).await {
+            Ok(app) => app,
+            Err(e @ StartError::NoTokenOffLoopback(_)) => {
+                tracing::error!("{e}");
+                eprintln!("release-harness serve: {e}");
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                tracing::error!("{e}");
+                eprintln!("release-harness serve: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(port = app.port(), "release-harness listening");
+        match app.run_until_stopped().await {
+            Ok(()) => {
+                tracing::info!("stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "server error");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }
 
 fn check(path: &std::path::Path) -> ExitCode {

@@ -15,6 +15,7 @@ use actix::{
     ResponseFuture, SpawnHandle, WrapFuture,
 };
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use super::budget::BudgetActor;
 use super::evidence_guard::{CheckDraft, CheckRepair, Checked, EvidenceGuardActor};
@@ -433,6 +434,7 @@ impl Handler<Run> for RunSupervisor {
         let Some(children) = self.children.as_ref() else {
             return Box::pin(async { Err(ReleaseError::Internal("children not started".into())) });
         };
+        let span = tracing::info_span!("release", run_id = %request.run_id);
         let work = pipeline(
             request,
             self.harness.clone(),
@@ -441,7 +443,8 @@ impl Handler<Run> for RunSupervisor {
             children.semantic.clone(),
             self.audit.clone(),
             self.lock.clone(),
-        );
+        )
+        .instrument(span);
         let handle = ctx.spawn(
             work.into_actor(self)
                 .map(|decided, actor, ctx| actor.decided(decided, ctx)),
@@ -476,12 +479,10 @@ async fn pipeline(
     let run_id = request.run_id.as_str();
     audit.borrow_mut().timings.started_at = chrono::Utc::now().to_rfc3339();
 
-    let preflight = store.preflight(run_id).await?;
-    if let Some(stored) = preflight.stored_result {
+    // A stored result is answered without the lock; everything else (a CANCELLED result
+    // included) is decided and stored under it.
+    if let Some(stored) = store.preflight(run_id).await?.stored_result {
         return Ok(Decided::Stored(stored));
-    }
-    if preflight.cancelled {
-        return Ok(Decided::Cancelled(CancelSource::Marker));
     }
     let token = format!("{:032x}", rand::random::<u128>());
     *lock.borrow_mut() = LockState::Requested(token.clone());

@@ -1,0 +1,288 @@
+//! The service: actix-web routes over the actor tree and the Redis store.
+//!
+//! Entry point: [`Application::build`] binds the configured address (port 0 works: tests
+//! read [`Application::port`]) and wires the store, model client, registry and
+//! CancelListener; [`Application::run_until_stopped`] serves until SIGTERM/SIGINT or
+//! [`Shutdown::run`]: `/readyz` turns 503 at once, in-flight releases get
+//! `server.shutdown_drain_ms` to finish, then the server stops.
+
+mod auth;
+mod error;
+pub mod openapi;
+mod routes;
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Addr};
+use actix_web::dev::{Server, ServerHandle, Service};
+use actix_web::{web, App, HttpServer};
+use futures::FutureExt;
+use metrics_exporter_prometheus::PrometheusHandle;
+
+pub use error::ApiError;
+
+use crate::actors::cancel_listener::StopListening;
+use crate::actors::{CancelListener, Drain, Harness, InFlight, RunRegistry};
+use crate::config::Config;
+use crate::store::{RedisStore, Store};
+use crate::telemetry;
+
+/// What every handler shares.
+pub struct AppState {
+    pub registry: Addr<RunRegistry>,
+    pub store: Store,
+    pub config: Arc<Config>,
+    pub metrics: Option<PrometheusHandle>,
+    /// Set when shutdown begins: `/readyz` answers 503 and new releases are refused.
+    pub draining: Arc<AtomicBool>,
+}
+
+/// Why the service cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("refusing to listen on {0} without server.api_token: set HARNESS__SERVER__API_TOKEN, or listen on a loopback address such as 127.0.0.1")]
+    NoTokenOffLoopback(String),
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Starts graceful shutdown; cloned into the signal handler and into tests.
+#[derive(Clone)]
+pub struct Shutdown {
+    draining: Arc<AtomicBool>,
+    registry: Addr<RunRegistry>,
+    listener: Addr<CancelListener>,
+    server: ServerHandle,
+    drain: Duration,
+}
+
+impl Shutdown {
+    /// Not ready from now on; waits for in-flight releases (at most the drain time), then
+    /// stops the server, which lets `run_until_stopped` return.
+    pub async fn run(&self) {
+        if self.draining.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        telemetry::ready(false);
+        let deadline = tokio::time::Instant::now() + self.drain;
+        let mut in_flight = self.registry.send(Drain).await.unwrap_or(0);
+        tracing::info!(in_flight, "shutting down: draining releases");
+        while in_flight > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            in_flight = self.registry.send(InFlight).await.unwrap_or(0);
+        }
+        if in_flight > 0 {
+            tracing::warn!(
+                in_flight,
+                "drain time over; stopping with releases in flight"
+            );
+        }
+        self.listener.do_send(StopListening);
+        self.server.stop(true).await;
+    }
+}
+
+pub struct Application {
+    port: u16,
+    server: Server,
+    shutdown: Shutdown,
+    /// Keeps `harness_ready` current between probes; aborted when the server stops.
+    readiness: tokio::task::JoinHandle<()>,
+}
+
+fn is_loopback(listen: &str) -> bool {
+    listen
+        .parse::<std::net::SocketAddr>()
+        .map(|a| a.ip().is_loopback())
+        .unwrap_or(false)
+}
+
+/// The route label of the HTTP metric: the matched pattern, never a raw path.
+fn route_label(pattern: Option<&str>) -> &'static str {
+    match pattern {
+        Some("/v1/runs/{run_id}/release") => "/v1/runs/{run_id}/release",
+        Some("/v1/runs/{run_id}/audit") => "/v1/runs/{run_id}/audit",
+        Some("/v1/runs/{run_id}/cancel") => "/v1/runs/{run_id}/cancel",
+        Some("/metrics") => "/metrics",
+        Some("/healthz") => "/healthz",
+        Some("/readyz") => "/readyz",
+        Some("/openapi.json") => "/openapi.json",
+        _ => "unmatched",
+    }
+}
+
+impl Application {
+    /// Binds, wires and returns the service, not yet serving.
+    pub async fn build(config: Config) -> Result<Application, StartError> {
+        if config.server.api_token.is_empty() && !is_loopback(&config.server.listen) {
+            return Err(StartError::NoTokenOffLoopback(config.server.listen.clone()));
+        }
+        let metrics = telemetry::install_metrics(&config).map_err(StartError::Setup)?;
+        let redis = RedisStore::new(&config.redis).map_err(|e| StartError::Setup(e.to_string()))?;
+        let store = Store::Redis(redis.clone());
+        let harness = Harness::new(config.clone(), store.clone()).map_err(StartError::Setup)?;
+        let config = harness.config.clone();
+        let registry = RunRegistry::new(harness).start();
+        let listener = CancelListener::new(redis, registry.clone()).start();
+        let draining = Arc::new(AtomicBool::new(false));
+
+        let tcp = TcpListener::bind(&config.server.listen).map_err(|source| StartError::Bind {
+            address: config.server.listen.clone(),
+            source,
+        })?;
+        let port = tcp
+            .local_addr()
+            .map_err(|e| StartError::Setup(e.to_string()))?
+            .port();
+        let state = web::Data::new(AppState {
+            registry: registry.clone(),
+            store: store.clone(),
+            config: config.clone(),
+            metrics: Some(metrics),
+            draining: draining.clone(),
+        });
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .wrap_fn(|request, service| {
+                    let route = route_label(request.match_pattern().as_deref());
+                    service.call(request).map(move |response| {
+                        if let Ok(r) = &response {
+                            telemetry::http_request(route, r.status().as_u16());
+                        }
+                        response
+                    })
+                })
+                .service(
+                    web::resource("/v1/runs/{run_id}/release")
+                        .route(web::post().to(routes::release))
+                        .route(web::get().to(routes::get_release))
+                        .default_service(web::to(routes::method_not_allowed)),
+                )
+                .service(
+                    web::resource("/v1/runs/{run_id}/audit")
+                        .route(web::get().to(routes::get_audit))
+                        .default_service(web::to(routes::method_not_allowed)),
+                )
+                .service(
+                    web::resource("/v1/runs/{run_id}/cancel")
+                        .route(web::post().to(routes::cancel))
+                        .default_service(web::to(routes::method_not_allowed)),
+                )
+                .route("/metrics", web::get().to(routes::metrics))
+                .route("/healthz", web::get().to(routes::healthz))
+                .route("/readyz", web::get().to(routes::readyz))
+                .route("/openapi.json", web::get().to(routes::openapi))
+                .default_service(web::to(routes::not_found))
+        })
+        .listen(tcp)
+        .map_err(|source| StartError::Bind {
+            address: config.server.listen.clone(),
+            source,
+        })?
+        .client_request_timeout(Duration::from_millis(
+            config.server.client_request_timeout_ms,
+        ))
+        .shutdown_timeout(config.server.shutdown_drain_ms.div_ceil(1000).max(1))
+        .disable_signals();
+        if config.server.workers > 0 {
+            server = server.workers(config.server.workers);
+        }
+        let server = server.run();
+        let shutdown = Shutdown {
+            draining: draining.clone(),
+            registry,
+            listener,
+            server: server.handle(),
+            drain: Duration::from_millis(config.server.shutdown_drain_ms),
+        };
+        let readiness = tokio::spawn(async move {
+            loop {
+                let ready = !draining.load(Ordering::SeqCst) && store.ping().await.is_ok();
+                telemetry::ready(ready);
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        });
+        Ok(Application {
+            port,
+            server,
+            shutdown,
+            readiness,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A handle that starts graceful shutdown (what SIGTERM does).
+    pub fn shutdown_handle(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// Serves until stopped; SIGTERM and SIGINT start graceful shutdown.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let shutdown = self.shutdown.clone();
+        let signals = tokio::spawn(async move {
+            wait_for_signal().await;
+            shutdown.run().await;
+        });
+        let result = self.server.await;
+        signals.abort();
+        self.readiness.abort();
+        result
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM received"),
+                    _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_addresses_are_recognised() {
+        assert!(is_loopback("127.0.0.1:8080"));
+        assert!(is_loopback("[::1]:8080"));
+        assert!(!is_loopback("0.0.0.0:8080"));
+        assert!(!is_loopback("10.1.2.3:8080"));
+    }
+
+    #[test]
+    fn route_labels_never_hold_raw_paths() {
+        assert_eq!(
+            route_label(Some("/v1/runs/{run_id}/release")),
+            "/v1/runs/{run_id}/release"
+        );
+        assert_eq!(route_label(Some("/v1/runs/r-42/release")), "unmatched");
+        assert_eq!(route_label(None), "unmatched");
+    }
+}

@@ -1,0 +1,267 @@
+//! The HTTP routes of CONTRACT §3. Each handler authenticates, validates the run id (after
+//! percent-decoding), reads a bounded body, then calls the registry or the store; every
+//! failure is an [`ApiError`].
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use actix_web::http::header::ContentType;
+use actix_web::{web, HttpRequest, HttpResponse};
+use futures::StreamExt;
+use percent_encoding::percent_decode_str;
+use serde_json::json;
+
+use super::auth::authorize;
+use super::error::ApiError;
+use super::AppState;
+use crate::actors::{CancelRun, StartRelease};
+use crate::domain::audit::CancelSource;
+use crate::domain::request::{validate_run_id, ReleaseBody, RequestError};
+use crate::telemetry;
+
+/// The run id segment of `/v1/runs/{run_id}/...`, percent-decoded once and validated.
+/// It is read from the raw path so that nothing is decoded twice.
+fn run_id(request: &HttpRequest) -> Result<String, ApiError> {
+    let raw = request.uri().path().split('/').nth(3).unwrap_or_default();
+    let decoded = percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ApiError::BadRequest(RequestError::InvalidRunId))?;
+    validate_run_id(&decoded)?;
+    Ok(decoded.into_owned())
+}
+
+/// Reads the body up to `limit` bytes within `timeout`.
+async fn read_body(
+    request: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+    timeout: Duration,
+) -> Result<web::Bytes, ApiError> {
+    let declared = request
+        .headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
+    let read = async {
+        let mut body = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::BadRequest(RequestError::Malformed(e.to_string())))?;
+            if body.len() + chunk.len() > limit {
+                return Err(ApiError::PayloadTooLarge { limit });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.freeze())
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| ApiError::RequestTimeout)?
+}
+
+fn json_body(text: String) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(ContentType::json())
+        .body(text)
+}
+
+/// `POST /v1/runs/{run_id}/release`: releases the run and answers its result (200),
+/// whatever the outcome.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{run_id}/release",
+    tag = "releases",
+    params(("run_id" = String, Path, description = "1 to 128 characters of [A-Za-z0-9._:-], percent-decoded")),
+    request_body(content = super::openapi::ReleaseBodyDoc, description = "query, draft (object or raw text), stop_reason"),
+    responses(
+        (status = 200, description = "The release result, whatever the outcome (SUCCESS, FALLBACK, CANCELLED)", body = super::openapi::ReleaseResultDoc),
+        (status = 400, description = "Malformed body or run id", body = super::openapi::ErrorDoc),
+        (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
+        (status = 408, description = "The body did not arrive in time", body = super::openapi::ErrorDoc),
+        (status = 409, description = "A release of this run is in flight on some replica", body = super::openapi::ErrorDoc),
+        (status = 413, description = "Body over server.max_body_bytes", body = super::openapi::ErrorDoc),
+        (status = 503, description = "Redis unavailable (nothing released or stored) or shutting down", body = super::openapi::ErrorDoc),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn release(
+    request: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&request, &state.config.server.api_token)?;
+    let run_id = run_id(&request)?;
+    if state.draining.load(Ordering::SeqCst) {
+        return Err(ApiError::ShuttingDown);
+    }
+    let body = read_body(
+        &request,
+        payload,
+        state.config.server.max_body_bytes,
+        Duration::from_millis(state.config.server.client_request_timeout_ms),
+    )
+    .await?;
+    let release_request = ReleaseBody::parse(&body)?.into_request(&run_id)?;
+    tracing::info!(run_id = %run_id, stop_reason = ?release_request.stop_reason, "release requested");
+    let released = state
+        .registry
+        .send(StartRelease(release_request))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    tracing::info!(
+        run_id = %run_id,
+        outcome = released.result.outcome.as_str(),
+        fallback_type = released.result.fallback_type.map(|f| f.as_str()).unwrap_or("none"),
+        replayed = released.replayed,
+        "release answered"
+    );
+    Ok(json_body(released.json))
+}
+
+/// `GET /v1/runs/{run_id}/release`: the stored result, or 404.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run_id}/release",
+    tag = "releases",
+    params(("run_id" = String, Path, description = "run id")),
+    responses(
+        (status = 200, description = "The stored release result", body = super::openapi::ReleaseResultDoc),
+        (status = 400, description = "Malformed run id", body = super::openapi::ErrorDoc),
+        (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
+        (status = 404, description = "No release stored for this run", body = super::openapi::ErrorDoc),
+        (status = 503, description = "Redis unavailable", body = super::openapi::ErrorDoc),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_release(
+    request: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&request, &state.config.server.api_token)?;
+    let run_id = run_id(&request)?;
+    match state.store.get_result(&run_id).await? {
+        Some(json) => Ok(json_body(json)),
+        None => Err(ApiError::NotFound("no release is stored for this run")),
+    }
+}
+
+/// `GET /v1/runs/{run_id}/audit`: the audit record, or 404.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{run_id}/audit",
+    tag = "releases",
+    params(("run_id" = String, Path, description = "run id")),
+    responses(
+        (status = 200, description = "The audit record: violations, repair, model attempts, verdict and reason, budget, timings"),
+        (status = 400, description = "Malformed run id", body = super::openapi::ErrorDoc),
+        (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
+        (status = 404, description = "No audit record for this run", body = super::openapi::ErrorDoc),
+        (status = 503, description = "Redis unavailable", body = super::openapi::ErrorDoc),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_audit(
+    request: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&request, &state.config.server.api_token)?;
+    let run_id = run_id(&request)?;
+    match state.store.get_audit(&run_id).await? {
+        Some(json) => Ok(json_body(json)),
+        None => Err(ApiError::NotFound("no audit record is stored for this run")),
+    }
+}
+
+/// `POST /v1/runs/{run_id}/cancel`: cancels the run here at once, then sets the durable
+/// marker and publishes the run id so that the replica running it aborts too (202).
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{run_id}/cancel",
+    tag = "releases",
+    params(("run_id" = String, Path, description = "run id")),
+    responses(
+        (status = 202, description = "The run is marked cancelled; its release is aborted on whichever replica runs it", body = super::openapi::CancelDoc),
+        (status = 400, description = "Malformed run id", body = super::openapi::ErrorDoc),
+        (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
+        (status = 503, description = "Redis unavailable (the marker could not be set)", body = super::openapi::ErrorDoc),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel(
+    request: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&request, &state.config.server.api_token)?;
+    let run_id = run_id(&request)?;
+    let running_here = state
+        .registry
+        .send(CancelRun {
+            run_id: run_id.clone(),
+            source: CancelSource::Http,
+        })
+        .await
+        .unwrap_or(false);
+    state.store.cancel(&run_id).await?;
+    tracing::info!(run_id = %run_id, running_here, "cancel requested");
+    Ok(HttpResponse::Accepted().json(json!({"run_id": run_id, "cancelled": true})))
+}
+
+/// `GET /healthz`: the process is up.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is up")))]
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: Redis answers and the process is not draining.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready: Redis reachable"),
+        (status = 503, description = "Not ready: Redis unreachable, or shutting down", body = super::openapi::ErrorDoc),
+    )
+)]
+pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    if state.draining.load(Ordering::SeqCst) {
+        telemetry::ready(false);
+        return Err(ApiError::ShuttingDown);
+    }
+    let ping = state.store.ping().await;
+    telemetry::ready(ping.is_ok());
+    ping?;
+    Ok(HttpResponse::Ok().json(json!({"status": "ready"})))
+}
+
+/// `GET /metrics`: Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain")))]
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let text = state
+        .metrics
+        .as_ref()
+        .map(|h| h.render())
+        .unwrap_or_default();
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(text)
+}
+
+/// `GET /openapi.json`: this API's OpenAPI 3 document.
+pub async fn openapi() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(ContentType::json())
+        .body(super::openapi::document())
+}
+
+/// Every other path.
+pub async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound("no such route"))
+}
+
+/// A known path with another method.
+pub async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::MethodNotAllowed)
+}

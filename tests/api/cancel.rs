@@ -1,0 +1,150 @@
+//! Cancel over HTTP and across replicas: the marker, pub/sub, and the in-flight lock.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde_json::Value;
+
+use crate::helpers::*;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn release_in_background(app: &TestApp, run: &str) -> tokio::task::JoinHandle<Value> {
+    let (client, url) = (
+        app.client.clone(),
+        app.url(&format!("/v1/runs/{run}/release")),
+    );
+    tokio::spawn(async move {
+        let response = client
+            .post(url)
+            .bearer_auth(TOKEN)
+            .json(&release_body(good_draft()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        response.json().await.unwrap()
+    })
+}
+
+#[actix_rt::test]
+async fn cancel_during_a_pending_model_call_answers_cancelled_and_closes_the_model_connection() {
+    let mut hanging = HangingModel::start();
+    let app = spawn_app(AppOptions {
+        model: Some(hanging.url.clone()),
+        ..Default::default()
+    })
+    .await;
+    let run = unique_run("http-cancel");
+    app.seed(&standard_invocations(&run)).await;
+    let pending = release_in_background(&app, &run);
+    assert_eq!(hanging.next(WAIT).await, Some(Event::Received));
+    let accepted = app.cancel(&run).await;
+    assert_eq!(accepted.status().as_u16(), 202);
+    assert_eq!(json(accepted).await["run_id"], run);
+    let result = tokio::time::timeout(Duration::from_secs(2), pending)
+        .await
+        .expect("answered promptly")
+        .unwrap();
+    assert_eq!(result["outcome"], "CANCELLED");
+    assert_eq!(result["fallback_type"], Value::Null);
+    assert_eq!(
+        hanging.next(Duration::from_secs(2)).await,
+        Some(Event::Closed),
+        "the model connection closed"
+    );
+    let audit = json(app.get(&format!("/v1/runs/{run}/audit")).await).await;
+    assert_eq!(audit["cancelled_by"], "http");
+    assert!(
+        app.stored(&format!("run:{{{run}}}:cancelled"))
+            .await
+            .is_some(),
+        "the durable marker is set"
+    );
+}
+
+#[actix_rt::test]
+async fn cancel_through_replica_b_aborts_the_release_on_replica_a() {
+    let mut hanging = HangingModel::start();
+    let a = spawn_app(AppOptions {
+        model: Some(hanging.url.clone()),
+        ..Default::default()
+    })
+    .await;
+    let b = spawn_app(AppOptions {
+        model: Some(hanging.url.clone()),
+        prefix: Some(a.prefix.clone()),
+        ..Default::default()
+    })
+    .await;
+    let run = unique_run("cross-replica");
+    a.seed(&standard_invocations(&run)).await;
+    let pending = release_in_background(&a, &run);
+    assert_eq!(hanging.next(WAIT).await, Some(Event::Received));
+
+    // A second release of the same run through B while A runs it: 409, from the Redis lock.
+    let second = b.post_release(&run, &release_body(good_draft())).await;
+    assert_eq!(error_code(second, 409).await, "release_in_flight");
+
+    assert_eq!(b.cancel(&run).await.status().as_u16(), 202);
+    let result = tokio::time::timeout(Duration::from_secs(3), pending)
+        .await
+        .expect("A answered")
+        .unwrap();
+    assert_eq!(result["outcome"], "CANCELLED");
+    assert_eq!(
+        hanging.next(Duration::from_secs(2)).await,
+        Some(Event::Closed)
+    );
+    let audit = json(a.get(&format!("/v1/runs/{run}/audit")).await).await;
+    assert_eq!(
+        audit["cancelled_by"], "pubsub",
+        "A learned of the cancel through P:cancel"
+    );
+    // Both replicas now answer the stored CANCELLED result.
+    assert_eq!(
+        json(b.post_release(&run, &release_body(good_draft())).await).await,
+        result
+    );
+}
+
+#[actix_rt::test]
+async fn a_marker_set_by_the_agent_is_honoured_without_pubsub() {
+    let server = wiremock::MockServer::start().await;
+    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    let app = spawn_app(AppOptions {
+        model: Some(server.uri()),
+        ..Default::default()
+    })
+    .await;
+    let run = unique_run("agent-marker");
+    app.seed(&standard_invocations(&run)).await;
+    let mut conn = redis::Client::open(app.redis_url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = conn
+        .set(format!("{}:run:{{{run}}}:cancelled", app.prefix), "1")
+        .await
+        .unwrap();
+    let result = json(app.post_release(&run, &release_body(good_draft())).await).await;
+    assert_eq!(result["outcome"], "CANCELLED");
+    assert!(
+        requests(&server).await.is_empty(),
+        "no model call for a cancelled run"
+    );
+    let audit = json(app.get(&format!("/v1/runs/{run}/audit")).await).await;
+    assert_eq!(audit["cancelled_by"], "marker");
+}
+
+#[actix_rt::test]
+async fn cancelling_a_finished_run_keeps_its_result() {
+    let app = spawn_app(AppOptions::default()).await;
+    let run = unique_run("finished");
+    app.seed(&standard_invocations(&run)).await;
+    let body = serde_json::json!({"query": QUERY, "stop_reason": "INFORMATION_SATURATION"});
+    let first = json(app.post_release(&run, &body).await).await;
+    assert_eq!(app.cancel(&run).await.status().as_u16(), 202);
+    assert_eq!(json(app.post_release(&run, &body).await).await, first);
+}

@@ -1,0 +1,198 @@
+//! `spawn_app()`: the real service on port 0, on the suite's Redis with a unique key prefix,
+//! its model pointed wherever the test says; request helpers; seeding of the agent's
+//! records as the tool layer writes them.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use release_harness::config::Config;
+use release_harness::http::{Application, Shutdown};
+use serde_json::Value;
+
+pub use crate::common::*;
+
+pub const TOKEN: &str = "test-token-0123";
+
+pub struct TestApp {
+    pub address: String,
+    pub prefix: String,
+    pub redis_url: String,
+    pub client: reqwest::Client,
+    pub shutdown: Shutdown,
+    pub stopped: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+pub struct AppOptions {
+    pub model: Option<String>,
+    pub redis_url: Option<String>,
+    pub prefix: Option<String>,
+    pub tweak: Box<dyn FnOnce(&mut Config)>,
+}
+
+impl Default for AppOptions {
+    fn default() -> Self {
+        AppOptions {
+            model: None,
+            redis_url: None,
+            prefix: None,
+            tweak: Box::new(|_| {}),
+        }
+    }
+}
+
+pub fn init_test_logs() {
+    if std::env::var("TEST_LOG").is_ok() {
+        release_harness::telemetry::init_tracing(release_harness::config::LogFormat::Text);
+    }
+}
+
+pub async fn spawn_app(options: AppOptions) -> TestApp {
+    init_test_logs();
+    let mut config = crate::common::config(options.model.as_deref());
+    let redis_url = options.redis_url.unwrap_or_else(redis_url);
+    let prefix = options.prefix.unwrap_or_else(|| unique_prefix("api"));
+    config.server.listen = "127.0.0.1:0".into();
+    config.server.api_token = TOKEN.into();
+    config.server.workers = 2;
+    config.server.shutdown_drain_ms = 5_000;
+    config.redis.url = redis_url.clone();
+    config.redis.key_prefix = prefix.clone();
+    config.redis.response_timeout_ms = 1_000;
+    config.redis.connection_timeout_ms = 500;
+    (options.tweak)(&mut config);
+    let app = Application::build(config).await.expect("the app builds");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let shutdown = app.shutdown_handle();
+    let stopped = tokio::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        prefix,
+        redis_url,
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+        shutdown,
+        stopped,
+    }
+}
+
+/// Seeds records for an app that is not a `TestApp` (the binary under test).
+pub struct Seeder {
+    prefix: String,
+}
+
+impl TestApp {
+    pub fn seeder(prefix: &str) -> Seeder {
+        Seeder {
+            prefix: prefix.to_string(),
+        }
+    }
+}
+
+impl Seeder {
+    pub async fn seed(&self, invocations: &[Value]) {
+        seed_records(&redis_url(), &self.prefix, invocations).await;
+    }
+}
+
+/// Writes invocation records (bundle form) as the agent's tool layer would: a HASH per
+/// call under its own run (or `stored_under`), and each run's calls LIST.
+pub async fn seed_records(redis_url: &str, prefix: &str, invocations: &[Value]) {
+    let mut conn = redis::Client::open(redis_url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis reachable");
+    for inv in invocations {
+        let object = inv.as_object().unwrap();
+        let call = object["tool_call_id"].as_str().unwrap();
+        let run = object
+            .get("stored_under")
+            .or_else(|| object.get("run_id"))
+            .and_then(Value::as_str)
+            .unwrap();
+        let fields: Vec<(String, String)> = object
+            .iter()
+            .filter(|(k, _)| k.as_str() != "stored_under")
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+            .collect();
+        let _: () = conn
+            .hset_multiple(format!("{prefix}:run:{{{run}}}:call:{call}"), &fields)
+            .await
+            .unwrap();
+        let _: () = conn
+            .rpush(format!("{prefix}:run:{{{run}}}:calls"), call)
+            .await
+            .unwrap();
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    pub async fn post_release(&self, run: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/v1/runs/{run}/release")))
+            .bearer_auth(TOKEN)
+            .json(body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    pub async fn cancel(&self, run: &str) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/v1/runs/{run}/cancel")))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.redis_url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis reachable")
+    }
+
+    pub async fn seed(&self, invocations: &[Value]) {
+        seed_records(&self.redis_url, &self.prefix, invocations).await;
+    }
+
+    pub async fn stored(&self, key_suffix: &str) -> Option<String> {
+        let mut conn = self.redis().await;
+        conn.get(format!("{}:{key_suffix}", self.prefix))
+            .await
+            .unwrap()
+    }
+}
+
+pub fn release_body(draft: Value) -> Value {
+    serde_json::json!({"query": QUERY, "draft": draft, "stop_reason": "FINAL_ANSWER"})
+}
+
+pub async fn json(response: reqwest::Response) -> Value {
+    response.json().await.expect("a JSON body")
+}
+
+/// Asserts the JSON error shape and returns its code.
+pub async fn error_code(response: reqwest::Response, status: u16) -> String {
+    assert_eq!(response.status().as_u16(), status);
+    let body = json(response).await;
+    assert!(body["error"]["message"].is_string(), "{body}");
+    body["error"]["code"].as_str().unwrap().to_string()
+}

@@ -1,0 +1,13 @@
+//! End-to-end tests over HTTP: the app on port 0, the suite's real redis-server, the model
+//! as a real HTTP server (wiremock, or a raw TCP peer that never answers). All API tests
+//! live in this one binary.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cancel;
+mod helpers;
+mod operations;
+mod redis_outage;
+mod routes;
+mod shutdown;

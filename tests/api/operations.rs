@@ -1,0 +1,144 @@
+//! What operators rely on: /metrics after releases, /healthz, /readyz, /openapi.json.
+
+use serde_json::Value;
+use wiremock::MockServer;
+
+use crate::helpers::*;
+
+#[actix_rt::test]
+async fn metrics_describe_and_count_releases() {
+    let server = MockServer::start().await;
+    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    let app = spawn_app(AppOptions {
+        model: Some(server.uri()),
+        ..Default::default()
+    })
+    .await;
+    let run = unique_run("metrics");
+    app.seed(&standard_invocations(&run)).await;
+    assert_eq!(
+        json(app.post_release(&run, &release_body(good_draft())).await).await["outcome"],
+        "SUCCESS"
+    );
+    let mut bad = good_draft();
+    bad["analyses"][0]["tool_call_ids"] = serde_json::json!(["call-ghost"]);
+    let other = unique_run("metrics-bad");
+    app.seed(&standard_invocations(&other)).await;
+    app.post_release(&other, &release_body(bad)).await;
+
+    let response = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = response.text().await.unwrap();
+    let value = |needle: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(needle))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no series {needle} in\n{text}"))
+    };
+    assert!(value("harness_releases_total{outcome=\"SUCCESS\",fallback_type=\"none\"}") >= 1.0);
+    assert!(value("harness_releases_total{outcome=\"FALLBACK\",fallback_type=\"EVIDENCE_VALIDATION_FAILED\"}") >= 1.0);
+    assert!(value("harness_model_calls_total{role=\"semantic\",result=\"ok\"}") >= 1.0);
+    assert!(value("harness_model_tokens_total{role=\"semantic\",kind=\"prompt\"}") >= 1200.0);
+    assert!(value("harness_guard_violations_total{rule=\"call_missing\"}") >= 1.0);
+    assert!(value("harness_release_duration_seconds_count{outcome=\"SUCCESS\"}") >= 1.0);
+    assert!(
+        text.contains("harness_release_duration_seconds_bucket{outcome=\"SUCCESS\",le=\"2\"}"),
+        "a bucket at the attempt timeout"
+    );
+    assert!(
+        text.contains("harness_release_duration_seconds_bucket{outcome=\"SUCCESS\",le=\"5\"}"),
+        "a bucket at the total timeout"
+    );
+    assert!(text.contains("harness_overhead_seconds_bucket"));
+    assert!(text.contains("harness_model_call_duration_seconds_bucket{role=\"semantic\""));
+    for name in [
+        "harness_runs_in_flight",
+        "harness_cancellations_total",
+        "harness_store_errors_total",
+        "harness_ready",
+        "harness_http_requests_total",
+    ] {
+        assert!(
+            text.contains(&format!("# HELP {name}")),
+            "{name} is described"
+        );
+    }
+    assert!(!text.contains(&run), "no run id in any label");
+}
+
+#[actix_rt::test]
+async fn health_and_readiness() {
+    let app = spawn_app(AppOptions::default()).await;
+    assert_eq!(
+        json(app.client.get(app.url("/healthz")).send().await.unwrap()).await["status"],
+        "ok"
+    );
+    assert_eq!(
+        json(app.client.get(app.url("/readyz")).send().await.unwrap()).await["status"],
+        "ready"
+    );
+}
+
+#[actix_rt::test]
+async fn the_openapi_document_lists_every_route_and_status_of_the_contract() {
+    let app = spawn_app(AppOptions::default()).await;
+    let doc: Value = json(
+        app.client
+            .get(app.url("/openapi.json"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let expected: [(&str, &str, &[&str]); 7] = [
+        (
+            "/v1/runs/{run_id}/release",
+            "post",
+            &["200", "400", "401", "409", "413", "503"],
+        ),
+        (
+            "/v1/runs/{run_id}/release",
+            "get",
+            &["200", "400", "401", "404", "503"],
+        ),
+        (
+            "/v1/runs/{run_id}/audit",
+            "get",
+            &["200", "400", "401", "404", "503"],
+        ),
+        (
+            "/v1/runs/{run_id}/cancel",
+            "post",
+            &["202", "400", "401", "503"],
+        ),
+        ("/metrics", "get", &["200"]),
+        ("/healthz", "get", &["200"]),
+        ("/readyz", "get", &["200", "503"]),
+    ];
+    for (path, method, statuses) in expected {
+        let operation = &doc["paths"][path][method];
+        assert!(operation.is_object(), "{method} {path} is documented");
+        for status in statuses {
+            assert!(
+                operation["responses"][status].is_object(),
+                "{method} {path} documents {status}"
+            );
+        }
+        if path.starts_with("/v1") {
+            assert_eq!(
+                operation["security"][0]["bearer"],
+                serde_json::json!([]),
+                "{method} {path} needs the token"
+            );
+        }
+    }
+    assert!(
+        doc["components"]["schemas"]["ReleaseResultDoc"]["properties"]["verified_sources"]
+            .is_object()
+    );
+}

@@ -1,0 +1,376 @@
+//! Every route of CONTRACT §3 with its bodies, status codes and JSON errors.
+
+use serde_json::{json, Value};
+use wiremock::{MockServer, ResponseTemplate};
+
+use crate::helpers::*;
+
+async fn judged_app(answer: ResponseTemplate) -> (TestApp, MockServer) {
+    let server = MockServer::start().await;
+    on_semantic(&server, answer).await;
+    on_repair(&server, content(&good_draft().to_string())).await;
+    let app = spawn_app(AppOptions {
+        model: Some(server.uri()),
+        ..Default::default()
+    })
+    .await;
+    (app, server)
+}
+
+#[actix_rt::test]
+async fn a_release_answers_200_and_stores_a_json_equal_result() {
+    let (app, server) = judged_app(verdict("SUPPORTED", "ok")).await;
+    let run = unique_run("api-success");
+    app.seed(&standard_invocations(&run)).await;
+    let response = app.post_release(&run, &release_body(good_draft())).await;
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let body = json(response).await;
+    assert_eq!(body["outcome"], "SUCCESS");
+    assert_eq!(body.as_object().unwrap().len(), 8);
+    let stored: Value =
+        serde_json::from_str(&app.stored(&format!("release:{{{run}}}")).await.unwrap()).unwrap();
+    assert_eq!(
+        stored, body,
+        "P:release:{{RUN}} is JSON-equal to the response"
+    );
+    let fetched = json(app.get(&format!("/v1/runs/{run}/release")).await).await;
+    assert_eq!(fetched, body);
+    let audit = json(app.get(&format!("/v1/runs/{run}/audit")).await).await;
+    assert_eq!(audit["verdict"]["verdict"], "SUPPORTED");
+    assert_eq!(audit["model_attempts"].as_array().unwrap().len(), 1);
+    assert!(
+        !audit.to_string().contains("RAW-RESPONSE-CANARY"),
+        "the audit never holds raw responses"
+    );
+
+    // Releasing again returns the stored result with no new model call.
+    let again = json(
+        app.post_release(&run, &release_body(json!("anything else")))
+            .await,
+    )
+    .await;
+    assert_eq!(again, body);
+    assert_eq!(requests(&server).await.len(), 1);
+}
+
+#[actix_rt::test]
+async fn every_outcome_type_over_http() {
+    let (app, _server) = judged_app(verdict("SUPPORTED", "ok")).await;
+    let unsupported_model = MockServer::start().await;
+    on_semantic(&unsupported_model, verdict("UNSUPPORTED", "overreach")).await;
+    let unsupported_app = spawn_app(AppOptions {
+        model: Some(unsupported_model.uri()),
+        ..Default::default()
+    })
+    .await;
+    let broken_model = MockServer::start().await;
+    on_semantic(&broken_model, ResponseTemplate::new(502)).await;
+    on_repair(&broken_model, ResponseTemplate::new(502)).await;
+    let broken_app = spawn_app(AppOptions {
+        model: Some(broken_model.uri()),
+        ..Default::default()
+    })
+    .await;
+
+    let mut fabricated = good_draft();
+    fabricated["analyses"][0]["tool_call_ids"] = json!(["call-ghost"]);
+    let cases: Vec<(&TestApp, Value, Value, &str, Value)> = vec![
+        (
+            &app,
+            release_body(good_draft()),
+            json!("SUCCESS"),
+            "success",
+            Value::Null,
+        ),
+        (
+            &broken_app,
+            release_body(fabricated),
+            json!("FALLBACK"),
+            "evf",
+            json!("EVIDENCE_VALIDATION_FAILED"),
+        ),
+        (
+            &unsupported_app,
+            release_body(good_draft()),
+            json!("FALLBACK"),
+            "unsupported",
+            json!("SEMANTIC_UNSUPPORTED"),
+        ),
+        (
+            &broken_app,
+            release_body(good_draft()),
+            json!("FALLBACK"),
+            "unavailable",
+            json!("SEMANTIC_UNAVAILABLE"),
+        ),
+        (
+            &app,
+            json!({"query": QUERY, "stop_reason": "BUDGET_EXHAUSTED"}),
+            json!("FALLBACK"),
+            "insufficient",
+            json!("INSUFFICIENT_EVIDENCE"),
+        ),
+    ];
+    for (app, body, outcome, name, fallback) in cases {
+        let run = unique_run(name);
+        app.seed(&standard_invocations(&run)).await;
+        let response = app.post_release(&run, &body).await;
+        assert_eq!(response.status().as_u16(), 200, "{name}");
+        let result = json(response).await;
+        assert_eq!(result["outcome"], outcome, "{name}: {result}");
+        assert_eq!(result["fallback_type"], fallback, "{name}");
+        assert!(
+            !result.to_string().contains("call-log-01"),
+            "{name}: no tool call id in a result"
+        );
+    }
+    // MISSING_REQUIRED_CONTEXT: nothing was called in this run.
+    let run = unique_run("missing");
+    let body = release_body(
+        json!({"conclusion": null, "analyses": [], "missing_context": ["Which region?"]}),
+    );
+    let result = json(app.post_release(&run, &body).await).await;
+    assert_eq!(result["fallback_type"], "MISSING_REQUIRED_CONTEXT");
+    assert_eq!(result["missing_context"], json!(["Which region?"]));
+    // CANCELLED: cancelled before the release started.
+    let run = unique_run("cancelled");
+    assert_eq!(app.cancel(&run).await.status().as_u16(), 202);
+    let result = json(app.post_release(&run, &release_body(good_draft())).await).await;
+    assert_eq!(result["outcome"], "CANCELLED");
+    assert_eq!(result["fallback_type"], Value::Null);
+    let stored = app.stored(&format!("release:{{{run}}}")).await.unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&stored).unwrap(),
+        result,
+        "CANCELLED is stored like any result"
+    );
+}
+
+#[actix_rt::test]
+async fn malformed_bodies_and_run_ids_are_400() {
+    let app = spawn_app(AppOptions::default()).await;
+    let run = unique_run("bad");
+    for (body, expected) in [
+        ("{not json", "bad_request"),
+        ("[]", "bad_request"),
+        (
+            r#"{"draft": {"conclusion": null, "analyses": []}}"#,
+            "bad_request",
+        ),
+        (r#"{"query": "  ", "draft": {}}"#, "bad_request"),
+        (
+            r#"{"query": "q", "draft": {}, "stop_reason": "GAVE_UP"}"#,
+            "bad_request",
+        ),
+        (r#"{"query": "q"}"#, "bad_request"),
+        (
+            r#"{"query": "q", "draft": {}, "priority": 1}"#,
+            "bad_request",
+        ),
+        (r#"{"query": 42, "draft": {}}"#, "bad_request"),
+    ] {
+        let response = app
+            .client
+            .post(app.url(&format!("/v1/runs/{run}/release")))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(error_code(response, 400).await, expected, "{body}");
+    }
+    for bad_run in ["r%2F42", "r%20x", &"x".repeat(129), "r%7B1%7D", "%FF"] {
+        let response = app.post_release(bad_run, &release_body(good_draft())).await;
+        assert_eq!(
+            error_code(response, 400).await,
+            "invalid_run_id",
+            "{bad_run}"
+        );
+        let response = app.get(&format!("/v1/runs/{bad_run}/release")).await;
+        assert_eq!(
+            error_code(response, 400).await,
+            "invalid_run_id",
+            "{bad_run}"
+        );
+    }
+    assert!(
+        app.stored(&format!("release:{{{run}}}")).await.is_none(),
+        "nothing stored"
+    );
+}
+
+#[actix_rt::test]
+async fn the_run_id_is_used_percent_decoded() {
+    let app = spawn_app(AppOptions::default()).await;
+    let run = unique_run("decoded");
+    let encoded = run.replace('-', "%2D");
+    let body = json!({"query": QUERY, "stop_reason": "INFORMATION_SATURATION"});
+    let result = json(app.post_release(&encoded, &body).await).await;
+    assert_eq!(result["run_id"], run);
+    assert!(
+        app.stored(&format!("release:{{{run}}}")).await.is_some(),
+        "stored under the decoded id"
+    );
+}
+
+#[actix_rt::test]
+async fn every_v1_route_needs_the_bearer_token() {
+    let app = spawn_app(AppOptions::default()).await;
+    let routes = [
+        ("POST", "/v1/runs/r-1/release"),
+        ("GET", "/v1/runs/r-1/release"),
+        ("GET", "/v1/runs/r-1/audit"),
+        ("POST", "/v1/runs/r-1/cancel"),
+    ];
+    for (method, path) in routes {
+        for auth in [
+            None,
+            Some("Bearer wrong-token"),
+            Some("Basic dGVzdA=="),
+            Some(TOKEN),
+        ] {
+            let mut request = app
+                .client
+                .request(method.parse().unwrap(), app.url(path))
+                .json(&json!({}));
+            if let Some(auth) = auth {
+                request = request.header("authorization", auth);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(
+                error_code(response, 401).await,
+                "unauthorized",
+                "{method} {path} {auth:?}"
+            );
+        }
+    }
+    for open in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(
+            app.client
+                .get(app.url(open))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+            200,
+            "{open}"
+        );
+    }
+}
+
+#[actix_rt::test]
+async fn unknown_results_routes_and_methods_are_json_errors() {
+    let app = spawn_app(AppOptions::default()).await;
+    let run = unique_run("nothing");
+    assert_eq!(
+        error_code(app.get(&format!("/v1/runs/{run}/release")).await, 404).await,
+        "not_found"
+    );
+    assert_eq!(
+        error_code(app.get(&format!("/v1/runs/{run}/audit")).await, 404).await,
+        "not_found"
+    );
+    assert_eq!(
+        error_code(app.get("/v1/nothing-here").await, 404).await,
+        "not_found"
+    );
+    let response = app
+        .client
+        .delete(app.url(&format!("/v1/runs/{run}/release")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_code(response, 405).await, "method_not_allowed");
+    let response = app.get(&format!("/v1/runs/{run}/cancel")).await;
+    assert_eq!(error_code(response, 405).await, "method_not_allowed");
+}
+
+#[actix_rt::test]
+async fn bodies_over_the_limit_are_413_and_change_nothing() {
+    let app = spawn_app(AppOptions {
+        tweak: Box::new(|c| c.server.max_body_bytes = 2_048),
+        ..Default::default()
+    })
+    .await;
+    let run = unique_run("big");
+    let mut draft = good_draft();
+    draft["limitations"] = json!(["x".repeat(4_000)]);
+    let response = app.post_release(&run, &release_body(draft)).await;
+    assert_eq!(error_code(response, 413).await, "payload_too_large");
+    // Chunked, with no Content-Length: the limit holds while reading.
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..10).map(|_| Ok(vec![b' '; 500])).collect();
+    let response = app
+        .client
+        .post(app.url(&format!("/v1/runs/{run}/release")))
+        .bearer_auth(TOKEN)
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(error_code(response, 413).await, "payload_too_large");
+    assert!(app.stored(&format!("release:{{{run}}}")).await.is_none());
+}
+
+#[actix_rt::test]
+async fn a_client_that_stalls_its_body_gets_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = spawn_app(AppOptions {
+        tweak: Box::new(|c| c.server.client_request_timeout_ms = 300),
+        ..Default::default()
+    })
+    .await;
+    let mut stream = tokio::net::TcpStream::connect(app.address.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /v1/runs/r-slow/release HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"query\""
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), stream.read(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+}
+
+#[actix_rt::test]
+async fn a_release_in_flight_answers_409() {
+    let mut hanging = HangingModel::start();
+    let app = spawn_app(AppOptions {
+        model: Some(hanging.url.clone()),
+        ..Default::default()
+    })
+    .await;
+    let run = unique_run("in-flight");
+    app.seed(&standard_invocations(&run)).await;
+    let first = {
+        let (client, url) = (
+            app.client.clone(),
+            app.url(&format!("/v1/runs/{run}/release")),
+        );
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&release_body(good_draft()))
+                .send()
+                .await
+        })
+    };
+    assert_eq!(
+        hanging.next(std::time::Duration::from_secs(5)).await,
+        Some(Event::Received)
+    );
+    let second = app.post_release(&run, &release_body(good_draft())).await;
+    assert_eq!(error_code(second, 409).await, "release_in_flight");
+    assert_eq!(app.cancel(&run).await.status().as_u16(), 202);
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(json(first).await["outcome"], "CANCELLED");
+}

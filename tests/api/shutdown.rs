@@ -1,0 +1,159 @@
+//! Graceful shutdown: `/readyz` turns 503 at once, new releases are refused, the release
+//! in flight finishes, then the server stops; and the real binary exits 0 on SIGTERM.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use wiremock::MockServer;
+
+use crate::helpers::*;
+
+async fn wait_for_model_request(server: &MockServer) {
+    for _ in 0..200 {
+        if !requests(server).await.is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the model was never called");
+}
+
+#[actix_rt::test]
+async fn graceful_shutdown_lets_the_release_in_flight_finish() {
+    let server = MockServer::start().await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "ok").set_delay(Duration::from_millis(800)),
+    )
+    .await;
+    let app = spawn_app(AppOptions {
+        model: Some(server.uri()),
+        ..Default::default()
+    })
+    .await;
+    let run = unique_run("drain");
+    app.seed(&standard_invocations(&run)).await;
+    let pending = {
+        let (client, url) = (
+            app.client.clone(),
+            app.url(&format!("/v1/runs/{run}/release")),
+        );
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&release_body(good_draft()))
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    wait_for_model_request(&server).await;
+    let shutdown = app.shutdown.clone();
+    let draining = tokio::spawn(async move { shutdown.run().await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let ready = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(error_code(ready, 503).await, "shutting_down");
+    let refused = app
+        .post_release(&unique_run("late"), &release_body(good_draft()))
+        .await;
+    assert_eq!(error_code(refused, 503).await, "shutting_down");
+
+    let finished = pending.await.unwrap();
+    assert_eq!(finished.status().as_u16(), 200);
+    assert_eq!(
+        finished.json::<Value>().await.unwrap()["outcome"],
+        "SUCCESS"
+    );
+    draining.await.unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), app.stopped)
+        .await
+        .expect("the server stopped");
+    assert!(stopped.unwrap().is_ok());
+}
+
+#[actix_rt::test]
+async fn the_binary_drains_and_exits_0_on_sigterm() {
+    let server = MockServer::start().await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "ok").set_delay(Duration::from_millis(800)),
+    )
+    .await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let prefix = unique_prefix("binary");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_release-harness"))
+        .arg("serve")
+        .env("HARNESS__SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env("HARNESS__SERVER__API_TOKEN", TOKEN)
+        .env("HARNESS__SERVER__WORKERS", "1")
+        .env("HARNESS__REDIS__URL", redis_url())
+        .env("HARNESS__REDIS__KEY_PREFIX", &prefix)
+        .env("HARNESS__MODEL__BASE_URL", server.uri())
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("the binary starts");
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let mut up = false;
+    for _ in 0..200 {
+        if client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16() == 200)
+            .unwrap_or(false)
+        {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(up, "the service became ready");
+
+    let run = unique_run("sigterm");
+    let seeder = TestApp::seeder(&prefix);
+    seeder.seed(&standard_invocations(&run)).await;
+    let pending = {
+        let (client, url) = (client.clone(), format!("{base}/v1/runs/{run}/release"));
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&release_body(good_draft()))
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    wait_for_model_request(&server).await;
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(
+        ready.status().as_u16(),
+        503,
+        "not ready as soon as SIGTERM arrives"
+    );
+
+    let finished = pending.await.unwrap();
+    assert_eq!(
+        finished.status().as_u16(),
+        200,
+        "the release in flight finished"
+    );
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
