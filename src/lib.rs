@@ -12,5 +12,6 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod model;
+pub mod soak;
 pub mod store;
 pub mod telemetry;

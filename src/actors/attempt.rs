@@ -9,7 +9,7 @@ use actix::{Addr, Recipient};
 
 use super::budget::{BudgetActor, Reserve, Settle, Usage};
 use super::supervisor::{AttemptRecorded, AttemptStarted};
-use crate::domain::audit::{AttemptOutcome, CancelSource, ModelAttempt, ModelRole};
+use crate::domain::audit::{millis, AttemptOutcome, CancelSource, ModelAttempt, ModelRole};
 use crate::domain::budget::{estimate_tokens, Cost};
 use crate::model::verdict::{read_completion, usage, AnswerError};
 use crate::model::{ModelClient, PreparedRequest};
@@ -67,7 +67,7 @@ pub async fn attempt<T>(
         attempt: number,
         outcome: AttemptOutcome::BudgetDenied,
         detail: Some(detail),
-        latency_ms: 0,
+        latency_ms: 0.0,
         prompt_tokens: None,
         completion_tokens: None,
         request_bytes,
@@ -157,7 +157,7 @@ pub async fn attempt<T>(
             attempt: number,
             outcome,
             detail,
-            latency_ms: latency.as_millis() as u64,
+            latency_ms: millis(latency),
             prompt_tokens: tokens.0,
             completion_tokens: tokens.1,
             request_bytes,

@@ -24,7 +24,7 @@ use super::repair::{RepairActor, RepairDraft};
 use super::semantic_guard::{Judge, SemanticGuardActor};
 use super::{AbortChild, Harness, ReleaseError, ReleaseRequest, Released, StepOutcome, StopChild};
 use crate::domain::audit::{
-    AttemptOutcome, Audit, BudgetUse, CancelSource, ModelAttempt, ModelRole, RepairAudit,
+    millis, AttemptOutcome, Audit, BudgetUse, CancelSource, ModelAttempt, ModelRole, RepairAudit,
 };
 use crate::domain::release::{after_judgement, DraftInput, Judgement, ReleaseResult, Step};
 use crate::model::prompts::UsableCallRef;
@@ -217,7 +217,7 @@ impl RunSupervisor {
                 attempt: started.attempt,
                 outcome: AttemptOutcome::Cancelled,
                 detail: Some("the run was cancelled while the call was pending".into()),
-                latency_ms: at.elapsed().as_millis() as u64,
+                latency_ms: millis(at.elapsed()),
                 prompt_tokens: None,
                 completion_tokens: None,
                 request_bytes: started.request_bytes,
@@ -249,9 +249,9 @@ impl RunSupervisor {
             audit.fallback_type = result.fallback_type;
             audit.cancelled_by = cancel;
             let model_wait = audit.model_wait_ms();
-            audit.timings.total_ms = total.as_millis() as u64;
+            audit.timings.total_ms = millis(total);
             audit.timings.model_wait_ms = model_wait;
-            audit.timings.overhead_ms = (total.as_millis() as u64).saturating_sub(model_wait);
+            audit.timings.overhead_ms = (millis(total) - model_wait).max(0.0);
             for v in audit.violations.iter() {
                 telemetry::guard_violation(v.rule);
             }
@@ -268,8 +268,9 @@ impl RunSupervisor {
         let store = self.harness.store.clone();
         let run_id = self.run_id();
         let lock = std::mem::replace(&mut *self.lock.borrow_mut(), LockState::None);
-        let overhead =
-            total.saturating_sub(Duration::from_millis(self.audit.borrow().model_wait_ms()));
+        let overhead = total.saturating_sub(Duration::from_secs_f64(
+            self.audit.borrow().model_wait_ms() / 1000.0,
+        ));
         let released = Released {
             result,
             json: json.clone(),
@@ -393,7 +394,7 @@ impl Handler<AttemptRecorded> for RunSupervisor {
         telemetry::model_attempt(
             a.role,
             a.outcome,
-            Duration::from_millis(a.latency_ms),
+            Duration::from_secs_f64(a.latency_ms / 1000.0),
             a.prompt_tokens,
             a.completion_tokens,
         );

@@ -86,7 +86,7 @@ impl AttemptOutcome {
 }
 
 /// One model attempt (sent or denied before sending).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelAttempt {
     pub role: ModelRole,
     /// 1-based attempt number within its role.
@@ -95,7 +95,8 @@ pub struct ModelAttempt {
     /// A short, data-free account of a failure (e.g. "HTTP 503", "extra key").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
-    pub latency_ms: u64,
+    /// Milliseconds, to the microsecond.
+    pub latency_ms: f64,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub request_bytes: u64,
@@ -204,17 +205,24 @@ impl CancelSource {
     }
 }
 
-/// Wall-clock account of the release.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+/// Wall-clock account of the release, in milliseconds to the microsecond.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct Timings {
     pub started_at: String,
-    pub total_ms: u64,
-    pub model_wait_ms: u64,
-    pub overhead_ms: u64,
+    pub total_ms: f64,
+    /// Time spent waiting on the model (the attempts' latencies).
+    pub model_wait_ms: f64,
+    /// The harness's own time: total minus model wait.
+    pub overhead_ms: f64,
+}
+
+/// A duration in milliseconds, rounded to the microsecond.
+pub fn millis(d: std::time::Duration) -> f64 {
+    (d.as_micros() as f64) / 1000.0
 }
 
 /// The audit record of one release.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Audit {
     pub run_id: String,
     pub stop_reason: StopReason,
@@ -274,7 +282,7 @@ impl Audit {
     }
 
     /// Time spent waiting on the model, summed over attempts.
-    pub fn model_wait_ms(&self) -> u64 {
+    pub fn model_wait_ms(&self) -> f64 {
         self.model_attempts.iter().map(|a| a.latency_ms).sum()
     }
 }
