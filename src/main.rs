@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use release_harness::check::{describe, run_check, RunBundle};
 use release_harness::config::Config;
 use release_harness::http::{Application, StartError};
+use release_harness::soak::fake_model::{FakeModel, FakeModelOptions};
+use release_harness::soak::SoakArgs;
 use release_harness::telemetry;
 
 #[derive(Parser)]
@@ -25,6 +27,18 @@ struct Cli {
 enum Command {
     /// Run the HTTP service (CONTRACT §3) on Redis, with the configured model.
     Serve,
+    /// Drive a harness with a realistic mix of runs at a fixed rate, check its invariants
+    /// and write a report (JSON and an SVG plot). Exits 1 if an invariant broke.
+    Soak(SoakArgs),
+    /// Serve a fake OpenAI-compatible model (for demos and load tests).
+    FakeModel {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Verdict when no directive says otherwise: SUPPORTED or UNSUPPORTED.
+        #[arg(long, default_value = "SUPPORTED")]
+        verdict: String,
+    },
     /// Release one run offline from a run bundle (query, Draft, stop reason, records).
     Check {
         /// The run bundle (JSON).
@@ -37,6 +51,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve => serve(),
         Command::Check { bundle } => check(&bundle),
+        Command::Soak(args) => soak(args),
+        Command::FakeModel { listen, verdict } => fake_model(&listen, &verdict),
     }
 }
 
@@ -73,6 +89,59 @@ fn serve() -> ExitCode {
             Err(e) => {
                 tracing::error!(error = %e, "server error");
                 ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+fn soak(args: SoakArgs) -> ExitCode {
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("release-harness soak: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let system = actix::System::new();
+    match system.block_on(release_harness::soak::run(args, config)) {
+        Ok(report) => {
+            let summary = serde_json::to_string_pretty(&report).unwrap_or_default();
+            println!("{summary}");
+            if report.violations.is_empty() {
+                eprintln!("soak passed: every invariant held");
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "soak FAILED: {} invariant violation(s)",
+                    report.violations.len()
+                );
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("release-harness soak: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn fake_model(listen: &str, verdict: &str) -> ExitCode {
+    let system = actix::System::new();
+    system.block_on(async {
+        let options = FakeModelOptions {
+            default_verdict: verdict.to_string(),
+            ..FakeModelOptions::default()
+        };
+        match FakeModel::start(listen, options) {
+            Ok(model) => {
+                println!("{}", model.url);
+                let _ = tokio::signal::ctrl_c().await;
+                model.stop().await;
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("release-harness fake-model: {e}");
+                ExitCode::from(2)
             }
         }
     })

@@ -1,6 +1,11 @@
 //! Soak and load tooling: realistic run data ([`fixtures`]), a fake OpenAI-compatible
-//! model ([`fake_model`]), and the `release-harness soak` command ([`run`]) that drives
-//! a harness with a realistic mix of runs and checks its invariants.
+//! model ([`fake_model`]), the scenario mix with expected outcomes ([`scenarios`]), the
+//! `release-harness soak` driver ([`run`]) and its report ([`report`]).
 
 pub mod fake_model;
 pub mod fixtures;
+pub mod report;
+pub mod run;
+pub mod scenarios;
+
+pub use run::{run, SoakArgs};

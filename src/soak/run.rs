@@ -1,0 +1,473 @@
+//! `release-harness soak`: drives a harness at a fixed request rate with the scenario mix,
+//! seeding each run's records in Redis and serving the model itself, then checks the
+//! invariants and writes a report. By default it starts the harness in this process next
+//! to the configured Redis; with `--target` it drives one that is already running (which
+//! must use this command's fake model, see `--model-listen`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::Value;
+
+use super::fake_model::{FakeModel, FakeModelOptions};
+use super::report::{percentiles, plot, rss_kb, Report, RssPoint, Sample};
+use super::scenarios::{RunPlan, Scenario, CANARIES};
+use crate::config::Config;
+use crate::http::Application;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SoakArgs {
+    /// How long to send requests, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub duration: u64,
+    /// Requests per second (open loop: sent on schedule whatever the answers do).
+    #[arg(long, default_value_t = 20.0)]
+    pub rate: f64,
+    /// At most this many releases in flight; a tick beyond it is counted as skipped.
+    #[arg(long, default_value_t = 500)]
+    pub max_in_flight: usize,
+    /// Drive an already running harness at this base URL instead of starting one.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Bearer token of the target harness.
+    #[arg(long, default_value = "")]
+    pub token: String,
+    /// Key prefix of the target harness (its redis.key_prefix).
+    #[arg(long)]
+    pub key_prefix: Option<String>,
+    /// Process whose memory is sampled (default: this process).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Address of the in-process harness (use a fixed port for Prometheus to scrape).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// Address of the fake model.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub model_listen: String,
+    /// Latency the fake model adds to every answer, in ms.
+    #[arg(long, default_value_t = 20)]
+    pub model_latency_ms: u64,
+    /// Share of model requests answered with HTTP 500 (on top of the scenario mix).
+    #[arg(long, default_value_t = 0.0)]
+    pub model_error_rate: f64,
+    /// Where the report (report.json, plot.svg) is written.
+    #[arg(long, default_value = "soak-reports")]
+    pub report_dir: PathBuf,
+}
+
+/// What the request tasks share.
+struct Shared {
+    client: reqwest::Client,
+    base: String,
+    token: String,
+    prefix: String,
+    redis: redis::aio::MultiplexedConnection,
+    started: Instant,
+    sent: AtomicU64,
+    answered: AtomicU64,
+    failures: AtomicU64,
+    samples: Mutex<Vec<Sample>>,
+    outcomes: Mutex<BTreeMap<String, u64>>,
+    scenarios: Mutex<BTreeMap<String, u64>>,
+    violations: Mutex<Vec<String>>,
+}
+
+impl Shared {
+    fn violation(&self, text: String) {
+        self.failures.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut v) = self.violations.lock() {
+            if v.len() < 200 {
+                v.push(text);
+            }
+        }
+    }
+}
+
+async fn seed(shared: &Shared, plan: &RunPlan) -> Result<(), String> {
+    if plan.invocations.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for inv in &plan.invocations {
+        let object = inv.as_object().ok_or("an invocation is not an object")?;
+        let call = object["tool_call_id"].as_str().unwrap_or_default();
+        let run = object
+            .get("stored_under")
+            .or_else(|| object.get("run_id"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let fields: Vec<(String, String)> = object
+            .iter()
+            .filter(|(k, _)| k.as_str() != "stored_under")
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+            .collect();
+        pipe.hset_multiple(
+            format!("{}:run:{{{run}}}:call:{call}", shared.prefix),
+            &fields,
+        )
+        .ignore();
+        pipe.rpush(format!("{}:run:{{{run}}}:calls", shared.prefix), call)
+            .ignore();
+    }
+    let mut conn = shared.redis.clone();
+    pipe.query_async::<()>(&mut conn)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
+    let run = format!("soak-{number}");
+    let plan = scenario.plan(&run);
+    if let Ok(mut s) = shared.scenarios.lock() {
+        *s.entry(scenario.name().into()).or_default() += 1;
+    }
+    if let Err(e) = seed(&shared, &plan).await {
+        shared.violation(format!("{run}: seeding failed: {e}"));
+        return;
+    }
+    let url = format!("{}/v1/runs/{run}/release", shared.base);
+    let began = Instant::now();
+    let request = shared
+        .client
+        .post(&url)
+        .bearer_auth(&shared.token)
+        .json(&plan.body)
+        .send();
+    let canceller = plan.cancel_after.map(|after| {
+        let shared = shared.clone();
+        let run = run.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let url = format!("{}/v1/runs/{run}/cancel", shared.base);
+            let _ = shared
+                .client
+                .post(url)
+                .bearer_auth(&shared.token)
+                .send()
+                .await;
+        })
+    });
+    let response = request.await;
+    let latency = began.elapsed();
+    if let Some(c) = canceller {
+        let _ = c.await;
+    }
+    let (status, text) = match response {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (status, r.text().await.unwrap_or_default())
+        }
+        Err(e) => {
+            shared.violation(format!("{run}: no answer: {e}"));
+            return;
+        }
+    };
+    shared.answered.fetch_add(1, Ordering::SeqCst);
+    if status != 200 {
+        shared.violation(format!(
+            "{run} ({}): HTTP {status}: {text}",
+            scenario.name()
+        ));
+        return;
+    }
+    let result: Value = serde_json::from_str(&text).unwrap_or_default();
+    let outcome = result["outcome"].as_str().unwrap_or("?").to_string();
+    let fallback = result["fallback_type"].as_str();
+    if (outcome.as_str(), fallback) != plan.expected {
+        shared.violation(format!(
+            "{run} ({}): expected {:?}, got {outcome} {fallback:?}",
+            scenario.name(),
+            plan.expected
+        ));
+    }
+    for canary in CANARIES {
+        if text.contains(canary) {
+            shared.violation(format!("{run}: the result contains {canary:?}"));
+        }
+    }
+    if let Ok(mut o) = shared.outcomes.lock() {
+        let key = match fallback {
+            Some(f) => format!("{outcome}/{f}"),
+            None => outcome,
+        };
+        *o.entry(key).or_default() += 1;
+    }
+    let audit_url = format!("{}/v1/runs/{run}/audit", shared.base);
+    let overhead_ms = match shared
+        .client
+        .get(audit_url)
+        .bearer_auth(&shared.token)
+        .send()
+        .await
+    {
+        Ok(r) => r
+            .json::<Value>()
+            .await
+            .ok()
+            .and_then(|a| a["timings"]["overhead_ms"].as_f64()),
+        Err(_) => None,
+    };
+    if let Ok(mut s) = shared.samples.lock() {
+        s.push(Sample {
+            at: shared.started.elapsed().as_secs_f64(),
+            latency_ms: latency.as_secs_f64() * 1000.0,
+            overhead_ms,
+        });
+    }
+}
+
+async fn runs_in_flight(client: &reqwest::Client, base: &str) -> Option<f64> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find(|l| l.starts_with("harness_runs_in_flight "))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Runs the soak; returns the report (violations empty = every invariant held).
+pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
+    let model = FakeModel::start(
+        &args.model_listen,
+        FakeModelOptions {
+            latency: Duration::from_millis(args.model_latency_ms),
+            error_rate: args.model_error_rate,
+            ..FakeModelOptions::default()
+        },
+    )
+    .map_err(|e| format!("cannot start the fake model: {e}"))?;
+    eprintln!("fake model at {}", model.url);
+
+    let (base, token, prefix, app_shutdown) = match &args.target {
+        Some(target) => {
+            let prefix = args
+                .key_prefix
+                .clone()
+                .unwrap_or_else(|| config.redis.key_prefix.clone());
+            (
+                target.trim_end_matches('/').to_string(),
+                args.token.clone(),
+                prefix,
+                None,
+            )
+        }
+        None => {
+            let prefix = format!(
+                "soak-{}-{}",
+                std::process::id(),
+                chrono::Utc::now().timestamp()
+            );
+            config.server.listen = args.listen.clone();
+            config.server.api_token = "soak-token".into();
+            config.redis.key_prefix = prefix.clone();
+            config.redis.result_ttl_seconds = 3600;
+            config.model.base_url = model.url.clone();
+            config.semantic_guard.attempt_timeout_ms = 1_000;
+            config.semantic_guard.total_timeout_ms = 2_500;
+            config.repair.timeout_ms = 1_000;
+            let app = Application::build(config.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            let base = format!("http://127.0.0.1:{}", app.port());
+            let shutdown = app.shutdown_handle();
+            actix_rt::spawn(app.run_until_stopped());
+            eprintln!("harness at {base} (key prefix {prefix})");
+            (base, "soak-token".to_string(), prefix, Some(shutdown))
+        }
+    };
+    let redis = redis::Client::open(config.redis.url.as_str())
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("cannot reach Redis at {}: {e}", config.redis.url))?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .pool_max_idle_per_host(64)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let shared = Arc::new(Shared {
+        client: client.clone(),
+        base: base.clone(),
+        token,
+        prefix,
+        redis,
+        started: Instant::now(),
+        sent: AtomicU64::new(0),
+        answered: AtomicU64::new(0),
+        failures: AtomicU64::new(0),
+        samples: Mutex::new(Vec::new()),
+        outcomes: Mutex::new(BTreeMap::new()),
+        scenarios: Mutex::new(BTreeMap::new()),
+        violations: Mutex::new(Vec::new()),
+    });
+
+    let pid = args.pid.unwrap_or_else(std::process::id);
+    let rss_series = Arc::new(Mutex::new(vec![RssPoint {
+        at: 0.0,
+        rss_kb: rss_kb(pid).unwrap_or(0),
+    }]));
+    let sampler = {
+        let rss_series = rss_series.clone();
+        let started = shared.started;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if let (Some(kb), Ok(mut series)) = (rss_kb(pid), rss_series.lock()) {
+                    series.push(RssPoint {
+                        at: started.elapsed().as_secs_f64(),
+                        rss_kb: kb,
+                    });
+                }
+            }
+        })
+    };
+
+    let bar = ProgressBar::with_draw_target(Some(args.duration), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len}s {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let quiet = bar.is_hidden();
+    let interval = Duration::from_secs_f64(1.0 / args.rate.max(0.001));
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let deadline = Instant::now() + Duration::from_secs(args.duration);
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut number = 0u64;
+    let mut skipped = 0u64;
+    let mut last_second = 0u64;
+    while Instant::now() < deadline {
+        ticker.tick().await;
+        while tasks.try_join_next().is_some() {}
+        if tasks.len() >= args.max_in_flight {
+            skipped += 1;
+            continue;
+        }
+        number += 1;
+        shared.sent.fetch_add(1, Ordering::SeqCst);
+        let scenario = Scenario::pick(rand::random::<u32>());
+        tasks.spawn(play(shared.clone(), number, scenario));
+        let second = shared.started.elapsed().as_secs();
+        if second != last_second {
+            last_second = second;
+            let answered = shared.answered.load(Ordering::SeqCst);
+            let message = format!(
+                "{:.1} req/s | answered {answered} | failures {} | in flight {}",
+                answered as f64 / shared.started.elapsed().as_secs_f64(),
+                shared.failures.load(Ordering::SeqCst),
+                tasks.len()
+            );
+            bar.set_position(second.min(args.duration));
+            bar.set_message(message.clone());
+            if quiet && second.is_multiple_of(10) {
+                eprintln!("[{second:>4}s] {message}");
+            }
+        }
+    }
+    bar.finish_with_message("sending done; waiting for the last answers");
+    let drain = tokio::time::timeout(Duration::from_secs(60), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drain.is_err() {
+        shared.violation(format!("{} releases never answered", tasks.len()));
+    }
+    let elapsed = shared.started.elapsed().as_secs_f64();
+
+    let mut in_flight_after = runs_in_flight(&client, &base).await;
+    for _ in 0..50 {
+        if in_flight_after == Some(0.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        in_flight_after = runs_in_flight(&client, &base).await;
+    }
+    if in_flight_after != Some(0.0) {
+        shared.violation(format!(
+            "runs in flight after the soak: {in_flight_after:?}"
+        ));
+    }
+    let sent = shared.sent.load(Ordering::SeqCst);
+    let answered = shared.answered.load(Ordering::SeqCst);
+    if sent != answered {
+        shared.violation(format!("{sent} requests sent but {answered} answered"));
+    }
+    sampler.abort();
+    if let Some(rss) = rss_kb(pid) {
+        if let Ok(mut series) = rss_series.lock() {
+            series.push(RssPoint {
+                at: elapsed,
+                rss_kb: rss,
+            });
+        }
+    }
+
+    let samples = shared.samples.lock().map(|s| s.clone()).unwrap_or_default();
+    let rss = rss_series.lock().map(|s| s.clone()).unwrap_or_default();
+    let run_dir = args
+        .report_dir
+        .join(chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string());
+    std::fs::create_dir_all(&run_dir)
+        .map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
+    let plot_path = run_dir.join("plot.svg");
+    plot(&plot_path, &samples, &rss)?;
+    let latencies: Vec<f64> = samples.iter().map(|s| s.latency_ms).collect();
+    let overheads: Vec<f64> = samples.iter().filter_map(|s| s.overhead_ms).collect();
+    let mut violations = shared
+        .violations
+        .lock()
+        .map(|v| v.clone())
+        .unwrap_or_default();
+    if skipped > 0 {
+        violations.push(format!(
+            "{skipped} ticks skipped: more than {} releases in flight",
+            args.max_in_flight
+        ));
+    }
+    let report = Report {
+        started_at: chrono::Utc::now().to_rfc3339(),
+        duration_s: elapsed,
+        target_rate_per_s: args.rate,
+        cores: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        sent,
+        answered,
+        throughput_per_s: answered as f64 / elapsed,
+        latency_ms: percentiles(&latencies),
+        overhead_ms: percentiles(&overheads),
+        rss_start_kb: rss.first().map(|r| r.rss_kb).unwrap_or(0),
+        rss_end_kb: rss.last().map(|r| r.rss_kb).unwrap_or(0),
+        rss_max_kb: rss.iter().map(|r| r.rss_kb).max().unwrap_or(0),
+        outcomes: shared
+            .outcomes
+            .lock()
+            .map(|o| o.clone())
+            .unwrap_or_default(),
+        scenarios: shared
+            .scenarios
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default(),
+        violations,
+        runs_in_flight_after: in_flight_after,
+        plot: plot_path.display().to_string(),
+    };
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    std::fs::write(run_dir.join("report.json"), &json).map_err(|e| e.to_string())?;
+    if let Some(shutdown) = app_shutdown {
+        shutdown.run().await;
+    }
+    model.stop().await;
+    Ok(report)
+}
