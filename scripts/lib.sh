@@ -38,6 +38,9 @@ start_redis() {
 
 stop_redis() {
   if [ -n "${REDIS_PIDFILE:-}" ] && [ -f "$REDIS_PIDFILE" ]; then
-    kill "$(cat "$REDIS_PIDFILE")" 2>/dev/null || true
+    local pid
+    pid=$(cat "$REDIS_PIDFILE")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, clippy, every test against a private
-# redis-server (installed from Debian's packages if missing), and the alert-rule tests.
+# redis-server (installed from Debian's packages if missing), the alert-rule tests
+# (promtool), and a 30 s soak scraped by a real Prometheus that checks every dashboard query.
 # Usage: scripts/test.sh   (from anywhere; a clean clone is enough)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,8 +23,10 @@ cargo clippy --all-targets --locked -- -D warnings
 echo "==> cargo test"
 cargo test --locked --all-targets
 
-if [ -x scripts/check-alerts.sh ]; then
-  echo "==> alert rules"
-  scripts/check-alerts.sh
-fi
+echo "==> alert rules (promtool)"
+scripts/check-alerts.sh
+
+echo "==> short soak under a real Prometheus"
+scripts/prometheus-check.sh 30
+
 echo "==> all checks passed"

@@ -4,7 +4,7 @@
 //! Entry points: [`RunBundle::parse`] (strict; a bad bundle is exit 2), [`run_check`]
 //! (the release, with its audit record) and [`describe`] (the readable account on stderr).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use actix::Actor;
 use serde::Deserialize;
@@ -82,45 +82,105 @@ impl RunBundle {
         )?)
     }
 
-    /// An in-memory store holding the bundle's records and calls lists.
-    pub fn store(&self) -> Result<MemoryStore, BundleError> {
-        let store = MemoryStore::new();
-        let mut lists: HashMap<String, Vec<String>> = HashMap::new();
-        for (i, inv) in self.invocations.iter().enumerate() {
-            let call = inv.tool_call_id.clone().ok_or_else(|| {
-                BundleError::Invalid(format!("invocations[{i}] has no tool_call_id"))
-            })?;
-            let under = inv
-                .stored_under
-                .clone()
-                .or_else(|| inv.run_id.clone())
-                .unwrap_or_else(|| self.run_id.clone());
-            let fields = [
-                ("run_id", &inv.run_id),
-                ("tool_call_id", &inv.tool_call_id),
-                ("tool_name", &inv.tool_name),
-                ("lifecycle", &inv.lifecycle),
-                ("evidence_status", &inv.evidence_status),
-                ("agent_result", &inv.agent_result),
-                ("raw_response", &inv.raw_response),
-                ("started_at", &inv.started_at),
-                ("finished_at", &inv.finished_at),
-            ];
-            let record: RawRecord = fields
-                .into_iter()
-                .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
-                .collect();
-            store.insert_record(&under, &call, record);
-            lists.entry(under).or_default().push(call);
+    /// Every record with the run it is stored under and its call id, in bundle order.
+    pub fn records(&self) -> Result<Vec<(String, String, RawRecord)>, BundleError> {
+        self.invocations
+            .iter()
+            .enumerate()
+            .map(|(i, inv)| {
+                let call = inv.tool_call_id.clone().ok_or_else(|| {
+                    BundleError::Invalid(format!("invocations[{i}] has no tool_call_id"))
+                })?;
+                let under = inv
+                    .stored_under
+                    .clone()
+                    .or_else(|| inv.run_id.clone())
+                    .unwrap_or_else(|| self.run_id.clone());
+                let fields = [
+                    ("run_id", &inv.run_id),
+                    ("tool_call_id", &inv.tool_call_id),
+                    ("tool_name", &inv.tool_name),
+                    ("lifecycle", &inv.lifecycle),
+                    ("evidence_status", &inv.evidence_status),
+                    ("agent_result", &inv.agent_result),
+                    ("raw_response", &inv.raw_response),
+                    ("started_at", &inv.started_at),
+                    ("finished_at", &inv.finished_at),
+                ];
+                let record: RawRecord = fields
+                    .into_iter()
+                    .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
+                    .collect();
+                Ok((under, call, record))
+            })
+            .collect()
+    }
+
+    /// Each run's calls list: its records in bundle order, unless `calls` names it.
+    pub fn calls_lists(&self) -> Result<BTreeMap<String, Vec<String>>, BundleError> {
+        let mut lists: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (run, call, _) in self.records()? {
+            lists.entry(run).or_default().push(call);
         }
         for (run, calls) in &self.calls {
             lists.insert(run.clone(), calls.clone());
         }
-        for (run, calls) in lists {
+        Ok(lists)
+    }
+
+    /// The API request body of this bundle (for replaying it against a service).
+    pub fn release_body(&self) -> Value {
+        let draft = self
+            .draft
+            .as_deref()
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+            .unwrap_or(Value::Null);
+        serde_json::json!({"query": self.query, "draft": draft, "stop_reason": self.stop_reason})
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// An in-memory store holding the bundle's records and calls lists.
+    pub fn store(&self) -> Result<MemoryStore, BundleError> {
+        let store = MemoryStore::new();
+        for (run, call, record) in self.records()? {
+            store.insert_record(&run, &call, record);
+        }
+        for (run, calls) in self.calls_lists()? {
             store.set_calls(&run, calls);
         }
         Ok(store)
     }
+}
+
+/// Writes a bundle's records and calls lists into Redis as the agent's tool layer would
+/// (`release-harness seed`): for replaying recorded runs against a running service.
+pub async fn seed_redis(config: &Config, bundle: &RunBundle) -> Result<usize, String> {
+    let keys = crate::store::Keys::new(&config.redis.key_prefix);
+    let mut conn = redis::Client::open(config.redis.url.as_str())
+        .map_err(|e| e.to_string())?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("cannot reach Redis at {}: {e}", config.redis.url))?;
+    let records = bundle.records().map_err(|e| e.to_string())?;
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for (run, call, record) in &records {
+        let key = keys.call(run, call);
+        pipe.del(&key).ignore();
+        let fields: Vec<(&String, &String)> = record.iter().collect();
+        if !fields.is_empty() {
+            pipe.hset_multiple(&key, &fields).ignore();
+        }
+    }
+    for (run, calls) in bundle.calls_lists().map_err(|e| e.to_string())? {
+        pipe.del(keys.calls(&run)).ignore();
+        pipe.rpush(keys.calls(&run), calls).ignore();
+    }
+    pipe.query_async::<()>(&mut conn).await.map_err(|e| e.to_string())?;
+    Ok(records.len())
 }
 
 /// What `check` prints: the result, its JSON, and the audit record.

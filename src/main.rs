@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use release_harness::check::{describe, run_check, RunBundle};
+use release_harness::check::{describe, run_check, seed_redis, RunBundle};
 use release_harness::config::Config;
 use release_harness::http::{Application, StartError};
 use release_harness::soak::fake_model::{FakeModel, FakeModelOptions};
@@ -39,6 +39,15 @@ enum Command {
         #[arg(long, default_value = "SUPPORTED")]
         verdict: String,
     },
+    /// Write a run bundle's invocation records into the configured Redis, as the agent's
+    /// tool layer would, to replay a recorded run against a running service.
+    Seed {
+        /// The run bundle (JSON).
+        bundle: std::path::PathBuf,
+        /// Print the bundle's API request body on stdout (for curl -d @-).
+        #[arg(long)]
+        print_body: bool,
+    },
     /// Release one run offline from a run bundle (query, Draft, stop reason, records).
     Check {
         /// The run bundle (JSON).
@@ -52,6 +61,7 @@ fn main() -> ExitCode {
         Command::Serve => serve(),
         Command::Check { bundle } => check(&bundle),
         Command::Soak(args) => soak(args),
+        Command::Seed { bundle, print_body } => seed(&bundle, print_body),
         Command::FakeModel { listen, verdict } => fake_model(&listen, &verdict),
     }
 }
@@ -122,6 +132,39 @@ fn soak(args: SoakArgs) -> ExitCode {
             eprintln!("release-harness soak: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+fn seed(path: &std::path::Path, print_body: bool) -> ExitCode {
+    let bad = |message: String| {
+        eprintln!("release-harness seed: {message}");
+        ExitCode::from(2)
+    };
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => return bad(e.to_string()),
+    };
+    let bundle = match std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+        .and_then(|text| RunBundle::parse(&text).map_err(|e| e.to_string()))
+    {
+        Ok(b) => b,
+        Err(e) => return bad(e),
+    };
+    let system = actix::System::new();
+    match system.block_on(seed_redis(&config, &bundle)) {
+        Ok(n) => {
+            eprintln!(
+                "seeded {n} record(s) of run {} under prefix {:?}",
+                bundle.run_id(),
+                config.redis.key_prefix
+            );
+            if print_body {
+                println!("{}", bundle.release_body());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => bad(e),
     }
 }
 

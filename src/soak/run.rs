@@ -54,6 +54,9 @@ pub struct SoakArgs {
     /// Share of model requests answered with HTTP 500 (on top of the scenario mix).
     #[arg(long, default_value_t = 0.0)]
     pub model_error_rate: f64,
+    /// Play only this scenario (e.g. `supported` for a load test of judged releases).
+    #[arg(long)]
+    pub only: Option<String>,
     /// Where the report (report.json, plot.svg) is written.
     #[arg(long, default_value = "soak-reports")]
     pub report_dir: PathBuf,
@@ -237,6 +240,13 @@ async fn runs_in_flight(client: &reqwest::Client, base: &str) -> Option<f64> {
 
 /// Runs the soak; returns the report (violations empty = every invariant held).
 pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
+    let only = match &args.only {
+        None => None,
+        Some(name) => Some(
+            Scenario::by_name(name)
+                .ok_or_else(|| format!("unknown scenario {name:?}; see src/soak/scenarios.rs"))?,
+        ),
+    };
     let model = FakeModel::start(
         &args.model_listen,
         FakeModelOptions {
@@ -355,7 +365,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         }
         number += 1;
         shared.sent.fetch_add(1, Ordering::SeqCst);
-        let scenario = Scenario::pick(rand::random::<u32>());
+        let scenario = only.unwrap_or_else(|| Scenario::pick(rand::random::<u32>()));
         tasks.spawn(play(shared.clone(), number, scenario));
         let second = shared.started.elapsed().as_secs();
         if second != last_second {

@@ -92,6 +92,10 @@ impl Scenario {
         }
     }
 
+    pub fn by_name(name: &str) -> Option<Scenario> {
+        MIX.iter().map(|(s, _)| *s).find(|s| s.name() == name)
+    }
+
     /// Picks a scenario from a uniform number in `0..total_weight()`.
     pub fn pick(roll: u32) -> Scenario {
         let mut left = roll % total_weight();
@@ -209,5 +213,8 @@ mod tests {
         let picked: std::collections::BTreeSet<_> =
             (0..total_weight()).map(Scenario::pick).collect();
         assert_eq!(picked.len(), MIX.len());
+        for (s, _) in MIX {
+            assert_eq!(Scenario::by_name(s.name()), Some(s));
+        }
     }
 }
