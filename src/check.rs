@@ -179,7 +179,9 @@ pub async fn seed_redis(config: &Config, bundle: &RunBundle) -> Result<usize, St
         pipe.del(keys.calls(&run)).ignore();
         pipe.rpush(keys.calls(&run), calls).ignore();
     }
-    pipe.query_async::<()>(&mut conn).await.map_err(|e| e.to_string())?;
+    pipe.query_async::<()>(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(records.len())
 }
 

@@ -232,9 +232,6 @@ impl Config {
                 "must be an address:port such as 127.0.0.1:8080",
             );
         }
-        if self.server.max_body_bytes == 0 {
-            return invalid("server.max_body_bytes", "must be positive");
-        }
         if self.redis.key_prefix.is_empty() {
             return invalid("redis.key_prefix", "must not be empty");
         }
@@ -246,9 +243,6 @@ impl Config {
                 "redis.url",
                 "must start with redis://, rediss:// or unix://",
             );
-        }
-        if self.redis.response_timeout_ms == 0 || self.redis.connection_timeout_ms == 0 {
-            return invalid("redis.response_timeout_ms", "timeouts must be positive");
         }
         if self.model.base_url.ends_with('/') {
             return invalid(
@@ -265,24 +259,55 @@ impl Config {
                 "must be an http:// or https:// URL, or empty",
             );
         }
+        if !self.model.api_key.bytes().all(|b| b.is_ascii_graphic()) {
+            return invalid("model.api_key", "must be printable ASCII without spaces");
+        }
         let sg = &self.semantic_guard;
-        if sg.max_attempts == 0 {
-            return invalid("semantic_guard.max_attempts", "must be at least 1");
-        }
-        if sg.attempt_timeout_ms == 0 || sg.total_timeout_ms == 0 || self.repair.timeout_ms == 0 {
-            return invalid(
-                "semantic_guard.attempt_timeout_ms",
-                "timeouts must be positive",
-            );
-        }
-        if sg.max_output_tokens == 0 || self.repair.max_output_tokens == 0 {
-            return invalid("semantic_guard.max_output_tokens", "must be positive");
-        }
-        if self.snapshot.max_excerpt_chars == 0 || self.snapshot.max_entries_per_call == 0 {
-            return invalid(
+        let must_be_positive: [(&'static str, u64); 17] = [
+            ("server.max_body_bytes", self.server.max_body_bytes as u64),
+            (
+                "server.client_request_timeout_ms",
+                self.server.client_request_timeout_ms,
+            ),
+            ("redis.response_timeout_ms", self.redis.response_timeout_ms),
+            (
+                "redis.connection_timeout_ms",
+                self.redis.connection_timeout_ms,
+            ),
+            ("redis.result_ttl_seconds", self.redis.result_ttl_seconds),
+            ("model.connect_timeout_ms", self.model.connect_timeout_ms),
+            ("semantic_guard.max_attempts", u64::from(sg.max_attempts)),
+            ("semantic_guard.attempt_timeout_ms", sg.attempt_timeout_ms),
+            ("semantic_guard.total_timeout_ms", sg.total_timeout_ms),
+            (
+                "semantic_guard.max_output_tokens",
+                u64::from(sg.max_output_tokens),
+            ),
+            ("repair.timeout_ms", self.repair.timeout_ms),
+            (
+                "repair.max_output_tokens",
+                u64::from(self.repair.max_output_tokens),
+            ),
+            ("progress.max_calls", self.progress.max_calls as u64),
+            (
                 "snapshot.max_excerpt_chars",
-                "snapshot bounds must be positive",
-            );
+                self.snapshot.max_excerpt_chars as u64,
+            ),
+            (
+                "snapshot.max_entries_per_call",
+                self.snapshot.max_entries_per_call as u64,
+            ),
+            (
+                "snapshot.max_rows_per_call",
+                self.snapshot.max_rows_per_call as u64,
+            ),
+            (
+                "budget.max_model_calls",
+                u64::from(self.budget.max_model_calls),
+            ),
+        ];
+        if let Some((key, _)) = must_be_positive.iter().find(|(_, v)| *v == 0) {
+            return invalid(key, "must be positive");
         }
         Ok(())
     }
@@ -393,9 +418,31 @@ mod tests {
             assert!(err.contains("model.base_url"), "{err}");
             Ok(())
         });
+        for (var, key) in [
+            (
+                "HARNESS__SEMANTIC_GUARD__MAX_ATTEMPTS",
+                "semantic_guard.max_attempts",
+            ),
+            ("HARNESS__REPAIR__TIMEOUT_MS", "repair.timeout_ms"),
+            (
+                "HARNESS__REDIS__CONNECTION_TIMEOUT_MS",
+                "redis.connection_timeout_ms",
+            ),
+            ("HARNESS__PROGRESS__MAX_CALLS", "progress.max_calls"),
+        ] {
+            Jail::expect_with(|jail| {
+                jail.set_env(var, "0");
+                let err = Config::load().unwrap_err().to_string();
+                assert!(err.contains(key), "{err}");
+                Ok(())
+            });
+        }
         Jail::expect_with(|jail| {
-            jail.set_env("HARNESS__SEMANTIC_GUARD__MAX_ATTEMPTS", "0");
-            assert!(Config::load().is_err());
+            jail.set_env("HARNESS__MODEL__API_KEY", "sk-abc\ndef");
+            assert!(Config::load()
+                .unwrap_err()
+                .to_string()
+                .contains("model.api_key"));
             Ok(())
         });
     }

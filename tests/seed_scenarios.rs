@@ -299,7 +299,7 @@ async fn scenario_valid_negative_observation() {
         .nth(1)
         .unwrap();
     assert!(
-        block.contains("\"row_count\": 0") && block.contains("\"slow_queries_by_table\""),
+        block.contains("\"row_count\":0") && block.contains("\"slow_queries_by_table\""),
         "scope and zero-match data"
     );
     let body: Value = serde_json::from_slice(&semantic_requests(&seen)[0].body).unwrap();
@@ -353,20 +353,20 @@ async fn scenario_supported_rag_log_and_mysql_projections() {
             .to_string()
     };
     let log = block("A1");
-    assert!(log.contains("\"source\": \"order-api\"") && log.contains("\"total_matches\": 132"));
+    assert!(log.contains("\"source\":\"order-api\"") && log.contains("\"total_matches\":132"));
     assert!(
-        log.contains("\"observed_at\": \"2026-12-01T10:05:01Z\"")
-            && log.contains("\"from\": \"2026-12-01T10:00:00Z\"")
+        log.contains("\"observed_at\":\"2026-12-01T10:05:01Z\"")
+            && log.contains("\"from\":\"2026-12-01T10:00:00Z\"")
     );
     assert!(
         log.contains("HikariPool-1 - Connection is not available, request timed out after 3000ms")
     );
     let rag = block("A2");
-    assert!(rag.contains("\"source\": \"kb-123\""));
+    assert!(rag.contains("\"source\":\"kb-123\""));
     assert!(rag.contains("Connection pool exhaustion in order-api surfaces as 504s; raise maximumPoolSize or kill long transactions."));
     let sql = block("A3");
     assert!(
-        sql.contains("\"source\": \"orders-db\"")
+        sql.contains("\"source\":\"orders-db\"")
             && sql.contains("\"orders\",")
             && sql.contains("412")
     );
@@ -745,9 +745,46 @@ async fn scenario_unsupported_is_not_retried() {
     );
 }
 
-// Run cancellation during a model call is exercised end to end, with a model server that
-// records the connection closing, in tests/model_calls.rs
-// (cancel_during_a_pending_semantic_call_answers_cancelled_and_closes_the_connection).
+#[actix_rt::test]
+async fn scenario_run_cancellation_during_model_call() {
+    use release_harness::actors::{CancelRun, StartRelease};
+    use release_harness::domain::audit::CancelSource;
+    let mut hanging = HangingModel::start();
+    let run = unique_run("cancel-scenario");
+    let (registry, store, request) = start_registry(
+        config(Some(&hanging.url)),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    );
+    let pending = actix_rt::spawn(registry.send(StartRelease(request)));
+    let wait = std::time::Duration::from_secs(5);
+    assert_eq!(
+        hanging.next(wait).await,
+        Some(Event::Received),
+        "the guard call is pending"
+    );
+    registry.do_send(CancelRun {
+        run_id: run.clone(),
+        source: CancelSource::Http,
+    });
+    let released = pending.await.unwrap().unwrap().unwrap();
+    assert_eq!(
+        released.result.outcome.as_str(),
+        "CANCELLED",
+        "not converted into a fallback"
+    );
+    assert_eq!(released.result.fallback_type, None);
+    assert_eq!(
+        hanging.next(wait).await,
+        Some(Event::Closed),
+        "the Future was dropped: connection closed"
+    );
+    let stored: Value =
+        serde_json::from_str(&store.get_result(&run).await.unwrap().unwrap()).unwrap();
+    assert_eq!(
+        stored["outcome"], "CANCELLED",
+        "no late model result is released"
+    );
+}
 
 // ---- Requirement: Fail-closed release policy ----
 

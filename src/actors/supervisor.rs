@@ -230,7 +230,8 @@ impl RunSupervisor {
         self.publish(ReleaseResult::cancelled(&run_id), Some(source), ctx);
     }
 
-    /// Stores the result and audit (if this release holds the lock), frees the lock, answers.
+    /// Stores the result and audit under the in-flight lock (taking it first if a cancel came
+    /// before this release held it), frees the lock, answers.
     fn publish(
         &mut self,
         result: ReleaseResult,
@@ -276,20 +277,31 @@ impl RunSupervisor {
             json: json.clone(),
             replayed: false,
         };
+        let lock_ttl = self.harness.config.lock_ttl();
         let work = async move {
-            match lock {
-                LockState::Held(token) => {
-                    let stored = store.put_result(&run_id, &json, &audit_json).await;
-                    let _ = store.unlock(&run_id, &token).await;
-                    stored.map_err(ReleaseError::from)
+            let token = match lock {
+                LockState::Held(token) => token,
+                // A cancel that came before this release held the lock: take it now so the
+                // CANCELLED result is stored like any other. If another release holds the
+                // run, that release stores its own result; a result stored meanwhile stands.
+                other => {
+                    if let LockState::Requested(token) = other {
+                        let _ = store.unlock(&run_id, &token).await;
+                    }
+                    let token = new_lock_token();
+                    if !matches!(store.try_lock(&run_id, &token, lock_ttl).await, Ok(true)) {
+                        return Ok(());
+                    }
+                    if !matches!(store.get_result(&run_id).await, Ok(None)) {
+                        let _ = store.unlock(&run_id, &token).await;
+                        return Ok(());
+                    }
+                    token
                 }
-                LockState::Requested(token) => {
-                    // The SET NX may or may not have taken; free it, store nothing.
-                    let _ = store.unlock(&run_id, &token).await;
-                    Ok(())
-                }
-                LockState::None => Ok(()),
-            }
+            };
+            let stored = store.put_result(&run_id, &json, &audit_json).await;
+            let _ = store.unlock(&run_id, &token).await;
+            stored.map_err(ReleaseError::from)
         };
         ctx.spawn(work.into_actor(self).map(move |stored, actor, ctx| {
             let answer = stored.map(|()| {
@@ -461,6 +473,11 @@ impl Handler<Run> for RunSupervisor {
     }
 }
 
+/// A fresh in-flight lock token: only its holder may free the lock.
+fn new_lock_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 fn mailbox(e: actix::MailboxError) -> ReleaseError {
     ReleaseError::Internal(format!("a run actor is gone: {e}"))
 }
@@ -485,7 +502,7 @@ async fn pipeline(
     if let Some(stored) = store.preflight(run_id).await?.stored_result {
         return Ok(Decided::Stored(stored));
     }
-    let token = format!("{:032x}", rand::random::<u128>());
+    let token = new_lock_token();
     *lock.borrow_mut() = LockState::Requested(token.clone());
     if !store.try_lock(run_id, &token, config.lock_ttl()).await? {
         *lock.borrow_mut() = LockState::None;

@@ -109,7 +109,8 @@ fn required_nullable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Conclusio
     Option::<Conclusion>::deserialize(d)
 }
 
-/// Why a Draft could not be parsed. The text never echoes the Draft's content.
+/// Why a Draft could not be parsed. It goes to the audit record only (serde may quote a
+/// field name or a short value of the Draft), never into a release result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DraftParseError {
     #[error("the draft is not a JSON object or string (found {0})")]
@@ -186,7 +187,7 @@ impl Draft {
     }
 }
 
-/// serde's messages quote unknown field names but not values; keep only the first line.
+/// The first line of serde's message (position and field; it may quote a short value).
 fn describe_serde_error(e: &serde_json::Error) -> String {
     e.to_string().lines().next().unwrap_or_default().to_string()
 }

@@ -471,6 +471,27 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn reference_lists_left_out_parse_empty_and_are_violations() {
+        let draft = Draft::parse_submitted(
+            &json!({
+                "conclusion": {"text": "Pool exhausted."},
+                "analyses": [{"id": "A1", "kind": "NORMAL", "text": "Errors."}],
+                "action_plan": [{"text": "Raise the pool."}]
+            })
+            .to_string(),
+        )
+        .unwrap();
+        assert_eq!(
+            rules(&draft, &run_evidence()),
+            vec![
+                Rule::AnalysisWithoutCalls,
+                Rule::ReferenceEmpty,
+                Rule::ReferenceEmpty
+            ]
+        );
+    }
+
+    #[test]
     fn blank_report_text_is_a_violation() {
         let mut draft = good_draft();
         draft.recommendations[0].text = "".into();

@@ -72,6 +72,31 @@ impl EvidenceStatus {
     }
 }
 
+/// A projection's `scope`: parsed strictly as `T`, and kept exactly as written (key order,
+/// number forms) for what the harness shows. Only readable from JSON text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scoped<T> {
+    pub typed: T,
+    pub raw: Value,
+}
+
+impl<T> std::ops::Deref for Scoped<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.typed
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Scoped<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        let typed = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
+        let raw = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
+        Ok(Scoped { typed, raw })
+    }
+}
+
 /// `rag_search` projection.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -79,7 +104,7 @@ pub struct RagProjection {
     pub tool: String,
     pub tool_call_id: String,
     pub evidence_status: EvidenceStatus,
-    pub scope: RagScope,
+    pub scope: Scoped<RagScope>,
     pub hits: Vec<RagHit>,
 }
 
@@ -112,7 +137,7 @@ pub struct LogProjection {
     pub tool: String,
     pub tool_call_id: String,
     pub evidence_status: EvidenceStatus,
-    pub scope: LogScope,
+    pub scope: Scoped<LogScope>,
     pub total_matches: u64,
     pub entries: Vec<LogEntry>,
 }
@@ -145,7 +170,7 @@ pub struct MysqlProjection {
     pub tool: String,
     pub tool_call_id: String,
     pub evidence_status: EvidenceStatus,
-    pub scope: MysqlScope,
+    pub scope: Scoped<MysqlScope>,
     pub columns: Vec<String>,
     pub rows: Vec<Vec<Value>>,
     pub row_count: u64,
@@ -297,27 +322,31 @@ pub fn resolve_call(
             ))
         }
     };
-    let projection_value: Value = serde_json::from_str(agent_result).map_err(|_| {
-        CallRejection::new(Rule::ProjectionInvalid, "agent_result is not valid JSON")
-    })?;
-    let claimed_tool = projection_value.get("tool").and_then(Value::as_str);
-    if claimed_tool != Some(tool.as_str()) {
+    // The header first, so a projection of another tool or call is named as such rather
+    // than as a schema failure; the other fields are skipped, not built.
+    let header: ProjectionHeader = match serde_json::from_str(agent_result) {
+        Ok(h) => h,
+        Err(e) if e.classify() == serde_json::error::Category::Data => ProjectionHeader::default(),
+        Err(_) => {
+            return Err(CallRejection::new(
+                Rule::ProjectionInvalid,
+                "agent_result is not valid JSON",
+            ))
+        }
+    };
+    if header.tool.as_deref() != Some(tool.as_str()) {
         return Err(CallRejection::new(
             Rule::ProjectionToolMismatch,
             "the projection's tool differs from the record's tool_name",
         ));
     }
-    if projection_value.get("tool_call_id").and_then(Value::as_str) != Some(call_id) {
+    if header.tool_call_id.as_deref() != Some(call_id) {
         return Err(CallRejection::new(
             Rule::ProjectionCallIdMismatch,
             "the projection's tool_call_id differs from the record's",
         ));
     }
-    if projection_value
-        .get("evidence_status")
-        .and_then(Value::as_str)
-        != Some(status.as_str())
-    {
+    if header.evidence_status.as_deref() != Some(status.as_str()) {
         return Err(CallRejection::new(
             Rule::ProjectionStatusMismatch,
             "the projection's evidence_status differs from the record's",
@@ -344,10 +373,11 @@ pub fn resolve_call(
             format!("{} disagrees with the projection's data", status.as_str()),
         ));
     }
-    let scope = projection_value
-        .get("scope")
-        .cloned()
-        .unwrap_or(Value::Null);
+    let scope = match &projection {
+        Projection::Rag(p) => p.scope.raw.clone(),
+        Projection::Log(p) => p.scope.raw.clone(),
+        Projection::Mysql(p) => p.scope.raw.clone(),
+    };
     Ok(UsableCall {
         tool_call_id: call_id.to_string(),
         tool,
@@ -358,8 +388,16 @@ pub fn resolve_call(
     })
 }
 
+/// The three fields every projection shares, read leniently (other fields are skipped).
+#[derive(Debug, Default, Deserialize)]
+struct ProjectionHeader {
+    tool: Option<String>,
+    tool_call_id: Option<String>,
+    evidence_status: Option<String>,
+}
+
 /// Strict parse of an `agent_result` as the projection of `tool`. The error names the
-/// field at fault (serde's message), never the value.
+/// field at fault (serde's message, which may quote a value: the audit may hold it).
 fn parse_projection(tool: ToolName, text: &str) -> Result<Projection, String> {
     let first_line = |e: serde_json::Error| e.to_string().lines().next().unwrap_or("").to_string();
     let projection = match tool {

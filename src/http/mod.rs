@@ -94,7 +94,8 @@ pub struct Application {
     port: u16,
     server: Server,
     shutdown: Shutdown,
-    /// Keeps `harness_ready` current between probes; aborted when the server stops.
+    /// Keeps `harness_ready` current between probes and runs the exporter's upkeep;
+    /// aborted when the server stops.
     readiness: tokio::task::JoinHandle<()>,
 }
 
@@ -146,7 +147,7 @@ impl Application {
             registry: registry.clone(),
             store: store.clone(),
             config: config.clone(),
-            metrics: Some(metrics),
+            metrics: Some(metrics.clone()),
             draining: draining.clone(),
         });
         let mut server = HttpServer::new(move || {
@@ -208,6 +209,8 @@ impl Application {
             loop {
                 let ready = !draining.load(Ordering::SeqCst) && store.ping().await.is_ok();
                 telemetry::ready(ready);
+                // The exporter drains histogram samples only on upkeep (or a scrape).
+                metrics.run_upkeep();
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
         });

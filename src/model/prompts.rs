@@ -194,17 +194,17 @@ pub fn semantic_request(
     snapshot: &VerifiedSnapshot,
     nonce: &str,
 ) -> Result<PreparedRequest, serde_json::Error> {
-    let report = serde_json::to_string_pretty(&draft.user_visible())?;
+    let report = serde_json::to_string(&draft.user_visible())?;
     let mut user = String::with_capacity(report.len() * 2);
     user.push_str(&format!(
         "The data markers of this message use the nonce {nonce}.\n\n\
          OPERATOR QUESTION:\n<<<BEGIN {nonce} question>>>\n{}\n<<<END {nonce}>>>\n\n\
          DRAFT REPORT UNDER REVIEW (JSON):\n<<<BEGIN {nonce} report>>>\n{report}\n<<<END {nonce}>>>\n\n\
          VERIFIED EVIDENCE, grouped by the analysis that cites it:\n",
-        strip_invisible(query)
+        query
     ));
     for group in &snapshot.analyses {
-        let evidence = strip_invisible(&serde_json::to_string_pretty(&group.evidence)?);
+        let evidence = strip_invisible(&serde_json::to_string(&group.evidence)?);
         user.push_str(&format!(
             "\n<<<BEGIN {nonce} evidence analysis={} kind={}>>>\n{evidence}\n<<<END {nonce}>>>\n",
             serde_json::to_string(&group.analysis_id)?,
@@ -250,7 +250,7 @@ pub fn repair_request(
     });
     let user = format!(
         "Repair the ids and references of this Draft. Input:\n{}\n\nAnswer with the whole repaired Draft as one JSON object.",
-        serde_json::to_string_pretty(&input)?
+        serde_json::to_string(&input)?
     );
     PreparedRequest::new(
         chat_body(

@@ -61,6 +61,22 @@ async fn cancel_during_a_pending_model_call_answers_cancelled_and_closes_the_mod
             .is_some(),
         "the durable marker is set"
     );
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metric(&metrics, "harness_cancellations_total{source=\"http\"}") >= 1.0);
+    assert!(
+        metric(
+            &metrics,
+            "harness_model_calls_total{role=\"semantic\",result=\"cancelled\"}"
+        ) >= 1.0
+    );
 }
 
 #[actix_rt::test]

@@ -181,6 +181,15 @@ impl TestApp {
     }
 }
 
+/// The value of one series in a Prometheus text exposition (0 if absent).
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 pub fn release_body(draft: Value) -> Value {
     serde_json::json!({"query": QUERY, "draft": draft, "stop_reason": "FINAL_ANSWER"})
 }

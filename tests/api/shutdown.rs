@@ -74,6 +74,49 @@ async fn graceful_shutdown_lets_the_release_in_flight_finish() {
 }
 
 #[actix_rt::test]
+async fn shutdown_stops_when_the_drain_time_runs_out() {
+    let mut hanging = HangingModel::start();
+    let app = spawn_app(AppOptions {
+        model: Some(hanging.url.clone()),
+        tweak: Box::new(|c| {
+            c.server.shutdown_drain_ms = 300;
+            c.semantic_guard.attempt_timeout_ms = 60_000;
+            c.semantic_guard.total_timeout_ms = 60_000;
+        }),
+        ..Default::default()
+    })
+    .await;
+    let run = unique_run("drain-over");
+    app.seed(&standard_invocations(&run)).await;
+    let _pending = {
+        let (client, url) = (
+            app.client.clone(),
+            app.url(&format!("/v1/runs/{run}/release")),
+        );
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(TOKEN)
+                .json(&release_body(good_draft()))
+                .send()
+                .await
+        })
+    };
+    assert_eq!(
+        hanging.next(Duration::from_secs(5)).await,
+        Some(Event::Received)
+    );
+    // The release would hang for a minute; shutdown gives it the drain time, then stops.
+    tokio::time::timeout(Duration::from_secs(10), app.shutdown.run())
+        .await
+        .expect("drain time respected");
+    let stopped = tokio::time::timeout(Duration::from_secs(10), app.stopped)
+        .await
+        .expect("the server stopped");
+    assert!(stopped.unwrap().is_ok());
+}
+
+#[actix_rt::test]
 async fn the_binary_drains_and_exits_0_on_sigterm() {
     let server = MockServer::start().await;
     on_semantic(
