@@ -10,13 +10,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  stop_redis
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'cleanup "$work"' EXIT
 
 echo "==> building release-harness"
 cargo build --locked --quiet --bin release-harness
@@ -43,8 +37,8 @@ done
 
 echo
 echo "==> 2. check with a model: the built-in fake judge over real HTTP"
-"$bin" fake-model --listen 127.0.0.1:0 --verdict SUPPORTED >"$work/judge.url" & pids+=($!)
-"$bin" fake-model --listen 127.0.0.1:0 --verdict UNSUPPORTED >"$work/skeptic.url" & pids+=($!)
+"$bin" fake-model --listen 127.0.0.1:0 --verdict SUPPORTED >"$work/judge.url" & track $!
+"$bin" fake-model --listen 127.0.0.1:0 --verdict UNSUPPORTED >"$work/skeptic.url" & track $!
 for f in judge skeptic; do for _ in $(seq 1 100); do [ -s "$work/$f.url" ] && break; sleep 0.05; done; done
 judge=$(cat "$work/judge.url"); skeptic=$(cat "$work/skeptic.url")
 for case in "success-supported.json:$judge" "repairable-wrong-call-id.json:$judge" "semantic-unsupported-candidate.json:$skeptic"; do
@@ -67,7 +61,7 @@ token=demo-token
 export HARNESS__REDIS__URL="$REDIS_URL" HARNESS__REDIS__KEY_PREFIX=demo HARNESS__SERVER__API_TOKEN=$token
 export HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__MODEL__BASE_URL="$judge"
 export HARNESS__SEMANTIC_GUARD__ATTEMPT_TIMEOUT_MS=3000 HARNESS__SEMANTIC_GUARD__TOTAL_TIMEOUT_MS=6000
-RUST_LOG=warn "$bin" serve & pids+=($!)
+RUST_LOG=warn "$bin" serve & track $!
 base="http://127.0.0.1:$port"
 for _ in $(seq 1 100); do curl -sf "$base/readyz" >/dev/null && break; sleep 0.1; done
 echo "    serving on $base, Redis on port $REDIS_PORT, model $judge"

@@ -44,3 +44,14 @@ stop_redis() {
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
 }
+
+# Background processes of a script, stopped (with its Redis and work folder) by cleanup.
+bg_pids=()
+track() { bg_pids+=("$1"); }
+
+# cleanup DIR: stops tracked processes and Redis, removes DIR. Use in `trap ... EXIT`.
+cleanup() {
+  for p in "${bg_pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  stop_redis
+  [ -n "${1:-}" ] && rm -rf "$1"
+}

@@ -10,13 +10,7 @@ soak_seconds=${1:-40}
 
 need_pkg prometheus prometheus
 work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  stop_redis
-  rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'cleanup "$work"' EXIT
 start_redis "$work"
 cargo build --locked --quiet --bin release-harness
 
@@ -40,11 +34,11 @@ HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn target/debug/release-harness soak
   --duration "$soak_seconds" --rate 15 --listen "127.0.0.1:$harness_port" \
   --report-dir "$work/reports" >"$work/soak.json" 2>"$work/soak.log" &
 soak_pid=$!
-pids+=($soak_pid)
+track $soak_pid
 
 prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
   --web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
-pids+=($!)
+track $!
 prom="http://127.0.0.1:$prom_port"
 for _ in $(seq 1 100); do curl -sf "$prom/-/ready" >/dev/null && break; sleep 0.2; done
 curl -sf "$prom/-/ready" >/dev/null || { cat "$work/prometheus.log"; echo "prometheus did not start"; exit 1; }

@@ -9,7 +9,7 @@ duration=${1:-600}
 rate=${2:-20}
 
 work=$(mktemp -d)
-trap 'stop_redis; rm -rf "$work"' EXIT
+trap 'cleanup "$work"' EXIT
 start_redis "$work"
 cargo build --release --locked --quiet --bin release-harness
 echo "==> soak: ${duration}s at ${rate}/s on $(nproc) cores, Redis on port $REDIS_PORT"

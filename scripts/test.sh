@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 work=$(mktemp -d)
-trap 'stop_redis; rm -rf "$work"' EXIT
+trap 'cleanup "$work"' EXIT
 
 start_redis "$work"
 export HARNESS_TEST_REDIS_URL="$REDIS_URL"

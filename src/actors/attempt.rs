@@ -5,7 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use actix::{Addr, Recipient};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Recipient, ResponseFuture,
+    SpawnHandle, WrapFuture,
+};
 
 use super::budget::{BudgetActor, Reserve, Settle, Usage};
 use super::supervisor::{AttemptRecorded, AttemptStarted};
@@ -14,6 +17,41 @@ use crate::domain::budget::{estimate_tokens, Cost};
 use crate::model::verdict::{read_completion, usage, AnswerError};
 use crate::model::{ModelClient, PreparedRequest};
 use crate::store::{Store, StoreError};
+
+/// An actor that owns at most one pending model call (Repair, SemanticGuard).
+pub trait OwnsPendingCall: Actor<Context = Context<Self>> {
+    /// The pending call's handle; `AbortChild` cancels it, which drops the HTTP request.
+    fn pending(&mut self) -> &mut Option<SpawnHandle>;
+}
+
+/// Spawns `work` in the actor's own context and keeps its handle, so that the actor can
+/// drop it on `AbortChild`; answers `work`'s output, or `aborted` if it was dropped.
+pub fn own_pending_call<A, T>(
+    actor: &mut A,
+    ctx: &mut Context<A>,
+    work: impl std::future::Future<Output = T> + 'static,
+    aborted: T,
+) -> ResponseFuture<T>
+where
+    A: OwnsPendingCall,
+    T: 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handle = ctx.spawn(work.into_actor(actor).map(|output, actor: &mut A, _| {
+        *actor.pending() = None;
+        let _ = tx.send(output);
+    }));
+    *actor.pending() = Some(handle);
+    Box::pin(async move { rx.await.unwrap_or(aborted) })
+}
+
+/// The `AbortChild` of a call-owning actor: drop the pending call, then stop.
+pub fn abort_pending_call<A: OwnsPendingCall>(actor: &mut A, ctx: &mut Context<A>) {
+    if let Some(handle) = actor.pending().take() {
+        ctx.cancel_future(handle);
+    }
+    ctx.stop();
+}
 
 /// What an attempt needs from its run.
 #[derive(Clone)]

@@ -4,13 +4,12 @@
 
 use std::time::Duration;
 
-use actix::{
-    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseFuture,
-    SpawnHandle, WrapFuture,
-};
-use tokio::sync::oneshot;
+use actix::{Actor, ActorContext, Context, Handler, Message, ResponseFuture, SpawnHandle};
 
-use super::attempt::{attempt, AttemptContext, AttemptLimits, AttemptResult};
+use super::attempt::{
+    abort_pending_call, attempt, own_pending_call, AttemptContext, AttemptLimits, AttemptResult,
+    OwnsPendingCall,
+};
 use super::{AbortChild, StepOutcome, StopChild};
 use crate::config::{RepairConfig, StructuredOutput};
 use crate::domain::draft::Draft;
@@ -114,7 +113,6 @@ impl Handler<RepairDraft> for RepairActor {
                 StepOutcome::Done(Err(RepairFailure("the one repair was already used".into())))
             });
         }
-        let (tx, rx) = oneshot::channel();
         let work = repair(
             self.context.clone(),
             self.settings.clone(),
@@ -122,26 +120,25 @@ impl Handler<RepairDraft> for RepairActor {
             self.structured_output,
             msg,
         );
-        let handle = ctx.spawn(work.into_actor(self).map(|outcome, actor, _| {
-            actor.pending = None;
-            let _ = tx.send(outcome);
-        }));
-        self.pending = Some(handle);
-        Box::pin(async move {
-            rx.await.unwrap_or_else(|_| {
-                StepOutcome::Done(Err(RepairFailure("the repair was aborted".into())))
-            })
-        })
+        own_pending_call(
+            self,
+            ctx,
+            work,
+            StepOutcome::Done(Err(RepairFailure("the repair was aborted".into()))),
+        )
+    }
+}
+
+impl OwnsPendingCall for RepairActor {
+    fn pending(&mut self) -> &mut Option<SpawnHandle> {
+        &mut self.pending
     }
 }
 
 impl Handler<AbortChild> for RepairActor {
     type Result = ();
     fn handle(&mut self, _: AbortChild, ctx: &mut Self::Context) {
-        if let Some(handle) = self.pending.take() {
-            ctx.cancel_future(handle);
-        }
-        ctx.stop();
+        abort_pending_call(self, ctx);
     }
 }
 

@@ -5,14 +5,13 @@
 
 use std::time::Duration;
 
-use actix::{
-    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseFuture,
-    SpawnHandle, WrapFuture,
-};
-use tokio::sync::oneshot;
+use actix::{Actor, ActorContext, Context, Handler, Message, ResponseFuture, SpawnHandle};
 use tokio::time::Instant;
 
-use super::attempt::{attempt, AttemptContext, AttemptLimits, AttemptResult};
+use super::attempt::{
+    abort_pending_call, attempt, own_pending_call, AttemptContext, AttemptLimits, AttemptResult,
+    OwnsPendingCall,
+};
 use super::{AbortChild, StepOutcome, StopChild};
 use crate::config::{SemanticGuardConfig, StructuredOutput};
 use crate::domain::release::{Judgeable, Judgement};
@@ -122,7 +121,6 @@ impl Handler<Judge> for SemanticGuardActor {
     type Result = ResponseFuture<StepOutcome<Judgement>>;
 
     fn handle(&mut self, msg: Judge, ctx: &mut Self::Context) -> Self::Result {
-        let (tx, rx) = oneshot::channel();
         let work = judge(
             self.context.clone(),
             self.settings.clone(),
@@ -130,26 +128,20 @@ impl Handler<Judge> for SemanticGuardActor {
             self.structured_output,
             msg,
         );
-        let handle = ctx.spawn(work.into_actor(self).map(|outcome, actor, _| {
-            actor.pending = None;
-            let _ = tx.send(outcome);
-        }));
-        self.pending = Some(handle);
-        // If the work is aborted, the sender is dropped; the supervisor has moved on by then.
-        Box::pin(async move {
-            rx.await
-                .unwrap_or(StepOutcome::Done(Judgement::Unavailable))
-        })
+        own_pending_call(self, ctx, work, StepOutcome::Done(Judgement::Unavailable))
+    }
+}
+
+impl OwnsPendingCall for SemanticGuardActor {
+    fn pending(&mut self) -> &mut Option<SpawnHandle> {
+        &mut self.pending
     }
 }
 
 impl Handler<AbortChild> for SemanticGuardActor {
     type Result = ();
     fn handle(&mut self, _: AbortChild, ctx: &mut Self::Context) {
-        if let Some(handle) = self.pending.take() {
-            ctx.cancel_future(handle);
-        }
-        ctx.stop();
+        abort_pending_call(self, ctx);
     }
 }
 

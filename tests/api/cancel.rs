@@ -9,22 +9,10 @@ use crate::helpers::*;
 
 const WAIT: Duration = Duration::from_secs(5);
 
-fn release_in_background(app: &TestApp, run: &str) -> tokio::task::JoinHandle<Value> {
-    let (client, url) = (
-        app.client.clone(),
-        app.url(&format!("/v1/runs/{run}/release")),
-    );
-    tokio::spawn(async move {
-        let response = client
-            .post(url)
-            .bearer_auth(TOKEN)
-            .json(&release_body(good_draft()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status().as_u16(), 200);
-        response.json().await.unwrap()
-    })
+async fn answered(pending: tokio::task::JoinHandle<reqwest::Response>) -> Value {
+    let response = pending.await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    response.json().await.unwrap()
 }
 
 #[actix_rt::test]
@@ -37,15 +25,14 @@ async fn cancel_during_a_pending_model_call_answers_cancelled_and_closes_the_mod
     .await;
     let run = unique_run("http-cancel");
     app.seed(&standard_invocations(&run)).await;
-    let pending = release_in_background(&app, &run);
+    let pending = release_in_background(&app.client, &app.address, &run);
     assert_eq!(hanging.next(WAIT).await, Some(Event::Received));
     let accepted = app.cancel(&run).await;
     assert_eq!(accepted.status().as_u16(), 202);
     assert_eq!(json(accepted).await["run_id"], run);
-    let result = tokio::time::timeout(Duration::from_secs(2), pending)
+    let result = tokio::time::timeout(Duration::from_secs(2), answered(pending))
         .await
-        .expect("answered promptly")
-        .unwrap();
+        .expect("answered promptly");
     assert_eq!(result["outcome"], "CANCELLED");
     assert_eq!(result["fallback_type"], Value::Null);
     assert_eq!(
@@ -95,7 +82,7 @@ async fn cancel_through_replica_b_aborts_the_release_on_replica_a() {
     .await;
     let run = unique_run("cross-replica");
     a.seed(&standard_invocations(&run)).await;
-    let pending = release_in_background(&a, &run);
+    let pending = release_in_background(&a.client, &a.address, &run);
     assert_eq!(hanging.next(WAIT).await, Some(Event::Received));
 
     // A second release of the same run through B while A runs it: 409, from the Redis lock.
@@ -103,10 +90,9 @@ async fn cancel_through_replica_b_aborts_the_release_on_replica_a() {
     assert_eq!(error_code(second, 409).await, "release_in_flight");
 
     assert_eq!(b.cancel(&run).await.status().as_u16(), 202);
-    let result = tokio::time::timeout(Duration::from_secs(3), pending)
+    let result = tokio::time::timeout(Duration::from_secs(3), answered(pending))
         .await
-        .expect("A answered")
-        .unwrap();
+        .expect("A answered");
     assert_eq!(result["outcome"], "CANCELLED");
     assert_eq!(
         hanging.next(Duration::from_secs(2)).await,

@@ -190,6 +190,25 @@ pub fn metric(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// POSTs the standard Draft's release of `run` to `base` in the background (for tests that
+/// act while it is pending).
+pub fn release_in_background(
+    client: &reqwest::Client,
+    base: &str,
+    run: &str,
+) -> tokio::task::JoinHandle<reqwest::Response> {
+    let (client, url) = (client.clone(), format!("{base}/v1/runs/{run}/release"));
+    tokio::spawn(async move {
+        client
+            .post(url)
+            .bearer_auth(TOKEN)
+            .json(&release_body(good_draft()))
+            .send()
+            .await
+            .expect("the release request was answered")
+    })
+}
+
 pub fn release_body(draft: Value) -> Value {
     serde_json::json!({"query": QUERY, "draft": draft, "stop_reason": "FINAL_ANSWER"})
 }

@@ -350,20 +350,7 @@ async fn a_release_in_flight_answers_409() {
     .await;
     let run = unique_run("in-flight");
     app.seed(&standard_invocations(&run)).await;
-    let first = {
-        let (client, url) = (
-            app.client.clone(),
-            app.url(&format!("/v1/runs/{run}/release")),
-        );
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .bearer_auth(TOKEN)
-                .json(&release_body(good_draft()))
-                .send()
-                .await
-        })
-    };
+    let first = release_in_background(&app.client, &app.address, &run);
     assert_eq!(
         hanging.next(std::time::Duration::from_secs(5)).await,
         Some(Event::Received)
@@ -371,6 +358,6 @@ async fn a_release_in_flight_answers_409() {
     let second = app.post_release(&run, &release_body(good_draft())).await;
     assert_eq!(error_code(second, 409).await, "release_in_flight");
     assert_eq!(app.cancel(&run).await.status().as_u16(), 202);
-    let first = first.await.unwrap().unwrap();
+    let first = first.await.unwrap();
     assert_eq!(json(first).await["outcome"], "CANCELLED");
 }

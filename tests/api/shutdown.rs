@@ -33,21 +33,7 @@ async fn graceful_shutdown_lets_the_release_in_flight_finish() {
     .await;
     let run = unique_run("drain");
     app.seed(&standard_invocations(&run)).await;
-    let pending = {
-        let (client, url) = (
-            app.client.clone(),
-            app.url(&format!("/v1/runs/{run}/release")),
-        );
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .bearer_auth(TOKEN)
-                .json(&release_body(good_draft()))
-                .send()
-                .await
-                .unwrap()
-        })
-    };
+    let pending = release_in_background(&app.client, &app.address, &run);
     wait_for_model_request(&server).await;
     let shutdown = app.shutdown.clone();
     let draining = tokio::spawn(async move { shutdown.run().await });
@@ -88,20 +74,7 @@ async fn shutdown_stops_when_the_drain_time_runs_out() {
     .await;
     let run = unique_run("drain-over");
     app.seed(&standard_invocations(&run)).await;
-    let _pending = {
-        let (client, url) = (
-            app.client.clone(),
-            app.url(&format!("/v1/runs/{run}/release")),
-        );
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .bearer_auth(TOKEN)
-                .json(&release_body(good_draft()))
-                .send()
-                .await
-        })
-    };
+    let _pending = release_in_background(&app.client, &app.address, &run);
     assert_eq!(
         hanging.next(Duration::from_secs(5)).await,
         Some(Event::Received)
@@ -162,18 +135,7 @@ async fn the_binary_drains_and_exits_0_on_sigterm() {
     let run = unique_run("sigterm");
     let seeder = TestApp::seeder(&prefix);
     seeder.seed(&standard_invocations(&run)).await;
-    let pending = {
-        let (client, url) = (client.clone(), format!("{base}/v1/runs/{run}/release"));
-        tokio::spawn(async move {
-            client
-                .post(url)
-                .bearer_auth(TOKEN)
-                .json(&release_body(good_draft()))
-                .send()
-                .await
-                .unwrap()
-        })
-    };
+    let pending = release_in_background(&client, &base, &run);
     wait_for_model_request(&server).await;
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
