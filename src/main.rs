@@ -115,8 +115,15 @@ fn soak(args: SoakArgs) -> ExitCode {
     let system = actix::System::new();
     match system.block_on(release_harness::soak::run(args, config)) {
         Ok(report) => {
-            let summary = serde_json::to_string_pretty(&report).unwrap_or_default();
-            println!("{summary}");
+            // The summary on stdout; the RSS series is in report.json and the plot.
+            let mut summary = serde_json::to_value(&report).unwrap_or_default();
+            if let Some(fields) = summary.as_object_mut() {
+                fields.remove("rss_series");
+            }
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&summary).unwrap_or_default()
+            );
             if report.violations.is_empty() {
                 eprintln!("soak passed: every invariant held");
                 ExitCode::SUCCESS

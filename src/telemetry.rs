@@ -5,7 +5,7 @@
 //! [`init_tracing`], and one small function per event the rest of the crate records.
 //! No label ever holds a run id, call id or free text.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use metrics::{
@@ -165,6 +165,10 @@ static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
 /// Installs the global Prometheus recorder once per process and describes every metric.
 /// Later calls (several apps in one test process) get the same handle.
 pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, String> {
+    // One installer at a time: a second app starting on another thread waits here for the
+    // handle instead of racing the first to the global recorder.
+    static INSTALLING: Mutex<()> = Mutex::new(());
+    let _installing = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(handle) = PROMETHEUS.get() {
         return Ok(handle.clone());
     }
@@ -178,11 +182,7 @@ pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, String> {
             b.set_buckets_for_metric(Matcher::Full(OVERHEAD_SECONDS.into()), &OVERHEAD_BUCKETS)
         })
         .map_err(|e| e.to_string())?;
-    let handle = match builder.install_recorder() {
-        Ok(handle) => handle,
-        // Another thread won the race; use its handle.
-        Err(e) => return PROMETHEUS.get().cloned().ok_or_else(|| e.to_string()),
-    };
+    let handle = builder.install_recorder().map_err(|e| e.to_string())?;
     let handle = PROMETHEUS.get_or_init(|| handle).clone();
     describe_metrics();
     Ok(handle)

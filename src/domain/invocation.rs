@@ -208,6 +208,15 @@ impl Projection {
         }
     }
 
+    /// The three fields every projection shares: tool, tool_call_id, evidence_status.
+    fn header(&self) -> (&str, &str, &str) {
+        match self {
+            Projection::Rag(p) => (&p.tool, &p.tool_call_id, p.evidence_status.as_str()),
+            Projection::Log(p) => (&p.tool, &p.tool_call_id, p.evidence_status.as_str()),
+            Projection::Mysql(p) => (&p.tool, &p.tool_call_id, p.evidence_status.as_str()),
+        }
+    }
+
     /// Whether the data shows evidence: at least one item and a positive count.
     /// `None` when the data is self-contradictory (items without a count or the reverse).
     fn data_shows_evidence(&self) -> Option<bool> {
@@ -322,45 +331,51 @@ pub fn resolve_call(
             ))
         }
     };
-    // The header first, so a projection of another tool or call is named as such rather
-    // than as a schema failure; the other fields are skipped, not built.
-    let header: ProjectionHeader = match serde_json::from_str(agent_result) {
-        Ok(h) => h,
-        Err(e) if e.classify() == serde_json::error::Category::Data => ProjectionHeader::default(),
-        Err(_) => {
+    // The whole projection in one pass; only when that fails is the header read, so that a
+    // projection of another tool or call is named as such rather than as a schema failure.
+    let projection = match parse_projection(tool, agent_result) {
+        Ok(projection) => {
+            let (p_tool, p_call, p_status) = projection.header();
+            check_header(
+                tool,
+                call_id,
+                status,
+                Some(p_tool),
+                Some(p_call),
+                Some(p_status),
+            )?;
+            projection
+        }
+        Err(reason) => {
+            let header: ProjectionHeader = match serde_json::from_str(agent_result) {
+                Ok(h) => h,
+                Err(e) if e.classify() == serde_json::error::Category::Data => {
+                    ProjectionHeader::default()
+                }
+                Err(_) => {
+                    return Err(CallRejection::new(
+                        Rule::ProjectionInvalid,
+                        "agent_result is not valid JSON",
+                    ))
+                }
+            };
+            check_header(
+                tool,
+                call_id,
+                status,
+                header.tool.as_deref(),
+                header.tool_call_id.as_deref(),
+                header.evidence_status.as_deref(),
+            )?;
             return Err(CallRejection::new(
                 Rule::ProjectionInvalid,
-                "agent_result is not valid JSON",
-            ))
+                format!(
+                    "agent_result does not match the {} projection: {reason}",
+                    tool.as_str()
+                ),
+            ));
         }
     };
-    if header.tool.as_deref() != Some(tool.as_str()) {
-        return Err(CallRejection::new(
-            Rule::ProjectionToolMismatch,
-            "the projection's tool differs from the record's tool_name",
-        ));
-    }
-    if header.tool_call_id.as_deref() != Some(call_id) {
-        return Err(CallRejection::new(
-            Rule::ProjectionCallIdMismatch,
-            "the projection's tool_call_id differs from the record's",
-        ));
-    }
-    if header.evidence_status.as_deref() != Some(status.as_str()) {
-        return Err(CallRejection::new(
-            Rule::ProjectionStatusMismatch,
-            "the projection's evidence_status differs from the record's",
-        ));
-    }
-    let projection = parse_projection(tool, agent_result).map_err(|reason| {
-        CallRejection::new(
-            Rule::ProjectionInvalid,
-            format!(
-                "agent_result does not match the {} projection: {reason}",
-                tool.as_str()
-            ),
-        )
-    })?;
     let shows_evidence = projection.data_shows_evidence();
     let consistent = match status {
         EvidenceStatus::EvidenceFound => shows_evidence == Some(true),
@@ -386,6 +401,36 @@ pub fn resolve_call(
         scope,
         finished_at: field("finished_at").map(str::to_string),
     })
+}
+
+/// The projection must name the record's tool, call and evidence status.
+fn check_header(
+    tool: ToolName,
+    call_id: &str,
+    status: EvidenceStatus,
+    p_tool: Option<&str>,
+    p_call: Option<&str>,
+    p_status: Option<&str>,
+) -> Result<(), CallRejection> {
+    if p_tool != Some(tool.as_str()) {
+        return Err(CallRejection::new(
+            Rule::ProjectionToolMismatch,
+            "the projection's tool differs from the record's tool_name",
+        ));
+    }
+    if p_call != Some(call_id) {
+        return Err(CallRejection::new(
+            Rule::ProjectionCallIdMismatch,
+            "the projection's tool_call_id differs from the record's",
+        ));
+    }
+    if p_status != Some(status.as_str()) {
+        return Err(CallRejection::new(
+            Rule::ProjectionStatusMismatch,
+            "the projection's evidence_status differs from the record's",
+        ));
+    }
+    Ok(())
 }
 
 /// The three fields every projection shares, read leniently (other fields are skipped).

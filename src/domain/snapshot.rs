@@ -6,7 +6,7 @@
 //! observed facts with summaries written by the harness) and the `verified_sources` lists
 //! of CONTRACT §3.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -263,11 +263,18 @@ impl VerifiedSnapshot {
 fn distinct_sources<'a>(
     candidates: impl Iterator<Item = (ToolName, &'a str, &'a Value)>,
 ) -> Vec<VerifiedSource> {
-    let mut seen = HashSet::new();
+    // Scopes are compared as JSON values (Value has no Hash): per (tool, source), the
+    // scopes already taken. Only a distinct source is copied.
+    let mut seen: HashMap<(ToolName, &str), Vec<&Value>> = HashMap::new();
     let mut out = Vec::new();
     for (tool, source, scope) in candidates {
-        // Scope is compared by its canonical JSON text: Value has no Hash.
-        if seen.insert((tool, source.to_string(), scope.to_string())) {
+        let scopes = seen.entry((tool, source)).or_default();
+        // A call's hits share one scope: the pointer test spares the value comparison.
+        if !scopes
+            .iter()
+            .any(|s| std::ptr::eq(*s, scope) || *s == scope)
+        {
+            scopes.push(scope);
             out.push(VerifiedSource {
                 tool,
                 source: source.to_string(),
@@ -538,6 +545,35 @@ mod tests {
             .cloned()
             .collect();
         assert_eq!(keys, ["tool", "source", "scope"]);
+    }
+
+    #[test]
+    fn a_source_is_distinct_by_tool_source_and_scope_value() {
+        let a = serde_json::json!({"service": "order-api", "limit": 50});
+        let same_reordered = serde_json::json!({"limit": 50, "service": "order-api"});
+        let other = serde_json::json!({"service": "order-api", "limit": 10});
+        let sources = distinct_sources(
+            [
+                (ToolName::LogSearch, "order-api", &a),
+                (ToolName::LogSearch, "order-api", &same_reordered),
+                (ToolName::LogSearch, "order-api", &other),
+                (ToolName::RagSearch, "order-api", &a),
+                (ToolName::LogSearch, "order-api", &a),
+            ]
+            .into_iter(),
+        );
+        let got: Vec<_> = sources
+            .iter()
+            .map(|s| (s.tool, s.source.as_str(), s.scope["limit"].as_u64()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (ToolName::LogSearch, "order-api", Some(50)),
+                (ToolName::LogSearch, "order-api", Some(10)),
+                (ToolName::RagSearch, "order-api", Some(50)),
+            ]
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! and fault rates. Directives in the operator question or the report steer one run:
 //! `[judge:SUPPORTED]`, `[judge:UNSUPPORTED]`, `[judge:error]` (HTTP 500),
 //! `[judge:garbage]` (prose), `[judge:flaky]` (the first attempt of a request fails, the
-//! byte-identical retry succeeds), `[judge:hang]`, `[repair:rewrite]` (the repair changes
+//! byte-identical retry succeeds), `[judge:hang]` (answers 504 after `hang`), `[repair:rewrite]` (the repair changes
 //! the conclusion's text, which the harness must reject).
 
 use std::collections::HashSet;
@@ -25,6 +25,10 @@ pub struct FakeModelOptions {
     pub error_rate: f64,
     /// Share of requests answered with prose instead of JSON.
     pub garbage_rate: f64,
+    /// How long `[judge:hang]` holds the request before it answers 504. Bounded because
+    /// actix-web does not cancel a handler when its client goes away: an endless hang would
+    /// keep every aborted request's connection in memory for the life of the process.
+    pub hang: Duration,
 }
 
 impl Default for FakeModelOptions {
@@ -34,6 +38,7 @@ impl Default for FakeModelOptions {
             latency: Duration::ZERO,
             error_rate: 0.0,
             garbage_rate: 0.0,
+            hang: Duration::from_secs(120),
         }
     }
 }
@@ -124,7 +129,11 @@ async fn complete(state: web::Data<FakeState>, body: web::Bytes) -> HttpResponse
         return HttpResponse::Ok().json(envelope(&repair(user).to_string(), body.len()));
     }
     if user.contains("[judge:hang]") {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
+        // Hold nothing of the request while hanging.
+        drop(request);
+        drop(body);
+        tokio::time::sleep(options.hang).await;
+        return HttpResponse::GatewayTimeout().body("fake model hung");
     }
     if user.contains("[judge:error]") {
         return HttpResponse::InternalServerError().body("fake model fault");
@@ -136,7 +145,11 @@ async fn complete(state: web::Data<FakeState>, body: web::Bytes) -> HttpResponse
         let first_time = state
             .seen
             .lock()
-            .map(|mut seen| seen.insert(body_hash(&body)))
+            .map(|mut seen| {
+                // Forget a body once its retry is answered, so the set stays small.
+                let hash = body_hash(&body);
+                seen.insert(hash) || !seen.remove(&hash)
+            })
             .unwrap_or(false);
         if first_time {
             return HttpResponse::ServiceUnavailable().body("fake model overloaded");

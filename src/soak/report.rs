@@ -64,6 +64,8 @@ pub struct Report {
     pub rss_start_kb: u64,
     pub rss_end_kb: u64,
     pub rss_max_kb: u64,
+    /// The measured process's RSS over time (the plot's lower panel).
+    pub rss_series: Vec<RssPoint>,
     pub outcomes: BTreeMap<String, u64>,
     pub scenarios: BTreeMap<String, u64>,
     pub violations: Vec<String>,

@@ -68,6 +68,8 @@ struct Shared {
     base: String,
     token: String,
     prefix: String,
+    /// Part of every run id, so that two soaks against one harness never share a run.
+    session: String,
     redis: redis::aio::MultiplexedConnection,
     started: Instant,
     sent: AtomicU64,
@@ -123,7 +125,7 @@ async fn seed(shared: &Shared, plan: &RunPlan) -> Result<(), String> {
 }
 
 async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
-    let run = format!("soak-{number}");
+    let run = format!("soak-{}-{number}", shared.session);
     let plan = scenario.plan(&run);
     if let Ok(mut s) = shared.scenarios.lock() {
         *s.entry(scenario.name().into()).or_default() += 1;
@@ -252,6 +254,9 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         FakeModelOptions {
             latency: Duration::from_millis(args.model_latency_ms),
             error_rate: args.model_error_rate,
+            // Well past the harness's timeouts (which the soak sets to 1 s / 2.5 s for an
+            // in-process harness), short enough that aborted hangs do not pile up.
+            hang: Duration::from_secs(10),
             ..FakeModelOptions::default()
         },
     )
@@ -310,6 +315,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         base: base.clone(),
         token,
         prefix,
+        session: format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp()),
         redis,
         started: Instant::now(),
         sent: AtomicU64::new(0),
@@ -459,6 +465,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         rss_start_kb: rss.first().map(|r| r.rss_kb).unwrap_or(0),
         rss_end_kb: rss.last().map(|r| r.rss_kb).unwrap_or(0),
         rss_max_kb: rss.iter().map(|r| r.rss_kb).max().unwrap_or(0),
+        rss_series: rss.clone(),
         outcomes: shared
             .outcomes
             .lock()

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Load test of judged releases (not part of CI): an optimised `release-harness serve` on a
+# private Redis, driven by `release-harness soak --only supported --target ...` at fixed
+# request rates against the soak's instant fake model (no added latency). The harness and the
+# load generator are separate processes sharing this machine's cores.
+#   scripts/load.sh [DURATION_SECONDS=60] [RATE ...=100 200 400]
+# Prints one line per rate: throughput, release latency p50/p99, harness overhead p50/p99
+# and the harness's RSS; the reports are under soak-reports/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+duration=${1:-60}
+shift || true
+rates=("${@:-100 200 400}")
+read -r -a rates <<<"${rates[*]}"
+
+work=$(mktemp -d)
+trap 'cleanup "$work"' EXIT
+start_redis "$work"
+cargo build --release --locked --quiet --bin release-harness
+bin=target/release/release-harness
+echo "==> load: ${duration}s per rate, rates ${rates[*]}/s, $(nproc) cores, Redis on port $REDIS_PORT"
+
+for rate in "${rates[@]}"; do
+  port=$(free_port)
+  model_port=$(free_port)
+  prefix="load-$rate-$$"
+  HARNESS__REDIS__URL="$REDIS_URL" HARNESS__REDIS__KEY_PREFIX="$prefix" \
+    HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__SERVER__API_TOKEN=load-token \
+    HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" RUST_LOG=warn \
+    "$bin" serve >"$work/serve-$rate.log" 2>&1 &
+  serve_pid=$!
+  track "$serve_pid"
+  for _ in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn "$bin" soak --only supported \
+    --target "http://127.0.0.1:$port" --token load-token --key-prefix "$prefix" \
+    --model-listen "127.0.0.1:$model_port" --model-latency-ms 0 --pid "$serve_pid" \
+    --duration "$duration" --rate "$rate" --report-dir soak-reports >"$work/report-$rate.json"
+  kill "$serve_pid"
+  wait "$serve_pid" 2>/dev/null || true
+  python3 - "$rate" "$work/report-$rate.json" <<'PY'
+import json, sys
+rate, r = sys.argv[1], json.load(open(sys.argv[2]))
+l, o = r["latency_ms"], r["overhead_ms"]
+print(f"rate {rate}/s: throughput {r['throughput_per_s']:.1f}/s, answered {r['answered']}/{r['sent']}, "
+      f"latency p50 {l['p50']:.2f} ms p99 {l['p99']:.2f} ms, overhead p50 {o['p50']:.2f} ms "
+      f"p99 {o['p99']:.2f} ms, harness RSS {r['rss_start_kb']} -> {r['rss_end_kb']} kB, "
+      f"violations {len(r['violations'])}, report {r['plot'].rsplit('/', 1)[0]}")
+PY
+done
