@@ -63,7 +63,7 @@ export HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__MODEL__BASE_URL="$judg
 export HARNESS__SEMANTIC_GUARD__ATTEMPT_TIMEOUT_MS=3000 HARNESS__SEMANTIC_GUARD__TOTAL_TIMEOUT_MS=6000
 RUST_LOG=warn "$bin" serve & track $!
 base="http://127.0.0.1:$port"
-for _ in $(seq 1 100); do curl -sf "$base/readyz" >/dev/null && break; sleep 0.1; done
+wait_ready "$base"
 echo "    serving on $base, Redis on port $REDIS_PORT, model $judge"
 auth=(-H "Authorization: Bearer $token" -H "Content-Type: application/json")
 

@@ -45,6 +45,16 @@ stop_redis() {
   fi
 }
 
+# wait_ready BASE_URL: waits up to 10 s for a harness at BASE_URL to answer /readyz 200.
+wait_ready() {
+  for _ in $(seq 1 100); do
+    curl -sf "$1/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "no ready harness at $1" >&2
+  return 1
+}
+
 # Background processes of a script, stopped (with its Redis and work folder) by cleanup.
 bg_pids=()
 track() { bg_pids+=("$1"); }

@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 duration=${1:-60}
 shift || true
-rates=("${@:-100 200 400}")
-read -r -a rates <<<"${rates[*]}"
+rates=("$@")
+[ ${#rates[@]} -gt 0 ] || rates=(100 200 400)
 
 work=$(mktemp -d)
 trap 'cleanup "$work"' EXIT
@@ -31,10 +31,7 @@ for rate in "${rates[@]}"; do
     "$bin" serve >"$work/serve-$rate.log" 2>&1 &
   serve_pid=$!
   track "$serve_pid"
-  for _ in $(seq 1 100); do
-    curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  wait_ready "http://127.0.0.1:$port"
   HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn "$bin" soak --only supported \
     --target "http://127.0.0.1:$port" --token load-token --key-prefix "$prefix" \
     --model-listen "127.0.0.1:$model_port" --model-latency-ms 0 --pid "$serve_pid" \

@@ -5,7 +5,7 @@
 //! [`init_tracing`], and one small function per event the rest of the crate records.
 //! No label ever holds a run id, call id or free text.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use metrics::{
@@ -160,16 +160,15 @@ const OVERHEAD_BUCKETS: [f64; 14] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
-static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
+/// The process's recorder handle; the lock also makes a second app starting on another
+/// thread wait for the first one's handle instead of racing it to the global recorder.
+static PROMETHEUS: Mutex<Option<PrometheusHandle>> = Mutex::new(None);
 
 /// Installs the global Prometheus recorder once per process and describes every metric.
 /// Later calls (several apps in one test process) get the same handle.
 pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, String> {
-    // One installer at a time: a second app starting on another thread waits here for the
-    // handle instead of racing the first to the global recorder.
-    static INSTALLING: Mutex<()> = Mutex::new(());
-    let _installing = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(handle) = PROMETHEUS.get() {
+    let mut installed = PROMETHEUS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(handle) = installed.as_ref() {
         return Ok(handle.clone());
     }
     let latency = latency_buckets(config);
@@ -183,7 +182,7 @@ pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, String> {
         })
         .map_err(|e| e.to_string())?;
     let handle = builder.install_recorder().map_err(|e| e.to_string())?;
-    let handle = PROMETHEUS.get_or_init(|| handle).clone();
+    *installed = Some(handle.clone());
     describe_metrics();
     Ok(handle)
 }

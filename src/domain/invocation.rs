@@ -333,49 +333,17 @@ pub fn resolve_call(
     };
     // The whole projection in one pass; only when that fails is the header read, so that a
     // projection of another tool or call is named as such rather than as a schema failure.
-    let projection = match parse_projection(tool, agent_result) {
-        Ok(projection) => {
-            let (p_tool, p_call, p_status) = projection.header();
-            check_header(
-                tool,
-                call_id,
-                status,
-                Some(p_tool),
-                Some(p_call),
-                Some(p_status),
-            )?;
-            projection
-        }
-        Err(reason) => {
-            let header: ProjectionHeader = match serde_json::from_str(agent_result) {
-                Ok(h) => h,
-                Err(e) if e.classify() == serde_json::error::Category::Data => {
-                    ProjectionHeader::default()
-                }
-                Err(_) => {
-                    return Err(CallRejection::new(
-                        Rule::ProjectionInvalid,
-                        "agent_result is not valid JSON",
-                    ))
-                }
-            };
-            check_header(
-                tool,
-                call_id,
-                status,
-                header.tool.as_deref(),
-                header.tool_call_id.as_deref(),
-                header.evidence_status.as_deref(),
-            )?;
-            return Err(CallRejection::new(
-                Rule::ProjectionInvalid,
-                format!(
-                    "agent_result does not match the {} projection: {reason}",
-                    tool.as_str()
-                ),
-            ));
-        }
-    };
+    let projection = parse_projection(tool, agent_result)
+        .map_err(|reason| unparsed_projection(tool, call_id, status, agent_result, &reason))?;
+    let (p_tool, p_call, p_status) = projection.header();
+    check_header(
+        tool,
+        call_id,
+        status,
+        Some(p_tool),
+        Some(p_call),
+        Some(p_status),
+    )?;
     let shows_evidence = projection.data_shows_evidence();
     let consistent = match status {
         EvidenceStatus::EvidenceFound => shows_evidence == Some(true),
@@ -400,6 +368,41 @@ pub fn resolve_call(
         projection,
         scope,
         finished_at: field("finished_at").map(str::to_string),
+    })
+}
+
+/// Why an `agent_result` that is not the strict projection of `tool` is rejected: not JSON,
+/// a header naming another tool, call or status, or else the schema failure `reason`.
+fn unparsed_projection(
+    tool: ToolName,
+    call_id: &str,
+    status: EvidenceStatus,
+    agent_result: &str,
+    reason: &str,
+) -> CallRejection {
+    let header: ProjectionHeader = match serde_json::from_str(agent_result) {
+        Ok(h) => h,
+        Err(e) if e.classify() == serde_json::error::Category::Data => ProjectionHeader::default(),
+        Err(_) => {
+            return CallRejection::new(Rule::ProjectionInvalid, "agent_result is not valid JSON")
+        }
+    };
+    let named = check_header(
+        tool,
+        call_id,
+        status,
+        header.tool.as_deref(),
+        header.tool_call_id.as_deref(),
+        header.evidence_status.as_deref(),
+    );
+    named.err().unwrap_or_else(|| {
+        CallRejection::new(
+            Rule::ProjectionInvalid,
+            format!(
+                "agent_result does not match the {} projection: {reason}",
+                tool.as_str()
+            ),
+        )
     })
 }
 

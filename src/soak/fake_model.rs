@@ -3,8 +3,9 @@
 //! and fault rates. Directives in the operator question or the report steer one run:
 //! `[judge:SUPPORTED]`, `[judge:UNSUPPORTED]`, `[judge:error]` (HTTP 500),
 //! `[judge:garbage]` (prose), `[judge:flaky]` (the first attempt of a request fails, the
-//! byte-identical retry succeeds), `[judge:hang]` (answers 504 after `hang`), `[repair:rewrite]` (the repair changes
-//! the conclusion's text, which the harness must reject).
+//! byte-identical retry succeeds), `[judge:hang]` (answers 504 after `hang`),
+//! `[repair:rewrite]` (the repair changes the conclusion's text, which the harness must
+//! reject).
 
 use std::collections::HashSet;
 use std::net::TcpListener;

@@ -465,7 +465,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         rss_start_kb: rss.first().map(|r| r.rss_kb).unwrap_or(0),
         rss_end_kb: rss.last().map(|r| r.rss_kb).unwrap_or(0),
         rss_max_kb: rss.iter().map(|r| r.rss_kb).max().unwrap_or(0),
-        rss_series: rss.clone(),
+        rss_series: rss,
         outcomes: shared
             .outcomes
             .lock()
