@@ -16,8 +16,9 @@ use crate::domain::release::ReleasePolicy;
 use crate::domain::snapshot::SnapshotLimits;
 
 /// Keys whose values are text, however they look.
-const STRING_KEYS: [&str; 7] = [
+const STRING_KEYS: [&str; 8] = [
     "server.listen",
+    "server.replica_name",
     "server.api_token",
     "redis.url",
     "redis.key_prefix",
@@ -40,6 +41,7 @@ pub struct Config {
     pub budget: BudgetConfig,
     pub progress: ProgressConfig,
     pub snapshot: SnapshotConfig,
+    pub cancel: CancelConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -59,6 +61,8 @@ pub struct ServerConfig {
     pub workers: usize,
     /// "text" or "json".
     pub log_format: LogFormat,
+    /// This replica's name in lock tokens and 409 answers; empty = host name and pid.
+    pub replica_name: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -81,6 +85,17 @@ pub struct RedisConfig {
     pub connection_timeout_ms: u64,
     /// TTL of stored results, audit records and harness-set cancel markers.
     pub result_ttl_seconds: u64,
+    /// Lease of the in-flight lock: renewed by its holder every third of it while the
+    /// release runs; a dead replica's runs are free again within one lease.
+    pub lock_lease_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelConfig {
+    /// How often a replica checks the cancel markers of its runs in flight (one pipelined
+    /// command per tick for all of them), so a cancel without a publish is still noticed.
+    pub poll_interval_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -263,7 +278,9 @@ impl Config {
             return invalid("model.api_key", "must be printable ASCII without spaces");
         }
         let sg = &self.semantic_guard;
-        let must_be_positive: [(&'static str, u64); 17] = [
+        let must_be_positive: [(&'static str, u64); 19] = [
+            ("redis.lock_lease_ms", self.redis.lock_lease_ms),
+            ("cancel.poll_interval_ms", self.cancel.poll_interval_ms),
             ("server.max_body_bytes", self.server.max_body_bytes as u64),
             (
                 "server.client_request_timeout_ms",
@@ -309,6 +326,12 @@ impl Config {
         if let Some((key, _)) = must_be_positive.iter().find(|(_, v)| *v == 0) {
             return invalid(key, "must be positive");
         }
+        if self.redis.lock_lease_ms < 3 * self.cancel.poll_interval_ms.max(100) {
+            return invalid(
+                "redis.lock_lease_ms",
+                "must be at least three poll intervals (cancel.poll_interval_ms) and 300 ms: the lease is renewed on the poll tick",
+            );
+        }
         Ok(())
     }
 
@@ -339,21 +362,19 @@ impl Config {
         }
     }
 
-    /// The longest a release can take: one repair, the whole SemanticGuard, and slack for
-    /// Redis round trips. The in-flight lock lives longer than this.
-    pub fn longest_release(&self) -> Duration {
-        Duration::from_millis(
-            self.repair.timeout_ms
-                + self.semantic_guard.total_timeout_ms
-                + 8 * self.redis.response_timeout_ms
-                + 5_000,
-        )
+    /// The in-flight lock's lease; its holder renews it every third of it.
+    pub fn lock_lease(&self) -> Duration {
+        Duration::from_millis(self.redis.lock_lease_ms)
     }
 
-    /// Expiry of the in-flight lock: twice the longest release, so a crashed replica's lock
-    /// frees itself but a live release never loses it.
-    pub fn lock_ttl(&self) -> Duration {
-        self.longest_release() * 2
+    /// How often the holder renews its leases: a third of the lease, so two renewals can
+    /// fail (a slow Redis) before the lease runs out.
+    pub fn lock_renew_every(&self) -> Duration {
+        self.lock_lease() / 3
+    }
+
+    pub fn cancel_poll_interval(&self) -> Duration {
+        Duration::from_millis(self.cancel.poll_interval_ms)
     }
 }
 
@@ -448,12 +469,17 @@ mod tests {
     }
 
     #[test]
-    fn the_lock_outlives_the_longest_release() {
+    fn the_lease_is_renewed_well_within_itself_and_polled_more_often() {
         let c = Config::defaults();
-        assert!(c.lock_ttl() > c.longest_release());
-        assert!(
-            c.longest_release()
-                > Duration::from_millis(c.repair.timeout_ms + c.semantic_guard.total_timeout_ms)
-        );
+        assert_eq!(c.redis.lock_lease_ms, 5000);
+        assert_eq!(c.cancel.poll_interval_ms, 250);
+        assert!(c.lock_renew_every() * 3 <= c.lock_lease());
+        assert!(c.cancel_poll_interval() < c.lock_renew_every());
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__REDIS__LOCK_LEASE_MS", "500");
+            let err = Config::load().unwrap_err().to_string();
+            assert!(err.contains("redis.lock_lease_ms"), "{err}");
+            Ok(())
+        });
     }
 }

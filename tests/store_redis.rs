@@ -1,6 +1,7 @@
 //! The Redis store against a real `redis-server` (started by scripts/test.sh), each test on
 //! its own key prefix: the CONTRACT §1 key schema, pipelined record loads, results and
-//! audit stored together with a TTL, the in-flight lock, the cancel marker and pub/sub.
+//! audit stored together with a TTL by the fenced commit, the leased in-flight lock, the
+//! cancel marker and pub/sub. Where the in-memory store has the same meaning, both are run.
 
 mod common;
 
@@ -10,7 +11,9 @@ use std::time::Duration;
 use common::{redis_url, unique_prefix};
 use redis::AsyncCommands;
 use release_harness::config::Config;
-use release_harness::store::{RedisStore, Store};
+use release_harness::store::{
+    Begin, Commit, Committed, MemoryStore, RedisStore, Store, Watch, Watched,
+};
 
 fn config(prefix: &str) -> Config {
     let mut c = Config::defaults();
@@ -119,23 +122,51 @@ async fn the_harness_never_writes_the_agents_keys() {
     assert_eq!(ttl, -1, "no expiry was set on the agent's record");
 }
 
+fn commit<'a>(result: &'a str) -> Commit<'a> {
+    Commit {
+        result,
+        audit_head: "{\"run_id\":\"r\"",
+        audit_tail: ",\"outcome\":\"SUCCESS\"}",
+        cancelled_result: "{\"outcome\":\"CANCELLED\"}",
+        cancelled_audit_tail: ",\"outcome\":\"CANCELLED\"}",
+    }
+}
+
+/// The stores of both kinds, with the same meaning.
+fn stores(prefix: &str) -> [Store; 2] {
+    [
+        Store::Memory(MemoryStore::new()),
+        Store::Redis(RedisStore::new(&config(prefix).redis).unwrap()),
+    ]
+}
+
+const LEASE: Duration = Duration::from_secs(30);
+
 #[actix_rt::test]
-async fn results_and_audit_are_stored_together_with_a_ttl() {
+async fn the_fenced_commit_stores_result_and_audit_together_with_a_ttl_and_frees_the_lock() {
     let prefix = unique_prefix("results");
-    let store = Store::Redis(RedisStore::new(&config(&prefix).redis).unwrap());
-    assert_eq!(store.get_result("r-7").await.unwrap(), None);
-    store
-        .put_result("r-7", "{\"outcome\":\"SUCCESS\"}", "{\"audit\":true}")
-        .await
-        .unwrap();
-    assert_eq!(
-        store.get_result("r-7").await.unwrap().as_deref(),
-        Some("{\"outcome\":\"SUCCESS\"}")
-    );
-    assert_eq!(
-        store.get_audit("r-7").await.unwrap().as_deref(),
-        Some("{\"audit\":true}")
-    );
+    for store in stores(&prefix) {
+        assert_eq!(store.get_result("r-7").await.unwrap(), None);
+        assert_eq!(
+            store.begin("r-7", "me/1", LEASE).await.unwrap(),
+            Begin::Taken { cancelled: false }
+        );
+        let ok = "{\"outcome\":\"SUCCESS\"}";
+        assert_eq!(
+            store.commit("r-7", "me/1", &commit(ok)).await.unwrap(),
+            Committed::Decided
+        );
+        assert_eq!(store.get_result("r-7").await.unwrap().as_deref(), Some(ok));
+        assert_eq!(
+            store.get_audit("r-7").await.unwrap().as_deref(),
+            Some("{\"run_id\":\"r\",\"outcome\":\"SUCCESS\"}")
+        );
+        assert_eq!(
+            store.begin("r-7", "other/2", LEASE).await.unwrap(),
+            Begin::Stored(ok.into()),
+            "the lock was freed and the stored result answers every later release"
+        );
+    }
     let mut conn = raw().await;
     let ttl: i64 = conn.ttl(format!("{prefix}:release:{{r-7}}")).await.unwrap();
     assert!((1..=120).contains(&ttl));
@@ -144,33 +175,162 @@ async fn results_and_audit_are_stored_together_with_a_ttl() {
         .await
         .unwrap();
     assert!((1..=120).contains(&audit_ttl));
-    let preflight = store.preflight("r-7").await.unwrap();
-    assert!(preflight.stored_result.is_some() && !preflight.cancelled);
+    let lock: Option<String> = conn
+        .get(format!("{prefix}:release:{{r-7}}:lock"))
+        .await
+        .unwrap();
+    assert_eq!(lock, None);
 }
 
 #[actix_rt::test]
-async fn the_in_flight_lock_admits_one_holder_and_frees_only_its_own() {
+async fn the_lock_is_a_lease_with_one_holder_that_only_its_holder_renews_or_frees() {
     let prefix = unique_prefix("lock");
-    let store = Store::Redis(RedisStore::new(&config(&prefix).redis).unwrap());
-    let ttl = Duration::from_secs(30);
-    assert!(store.try_lock("r-1", "token-a", ttl).await.unwrap());
-    assert!(
-        !store.try_lock("r-1", "token-b", ttl).await.unwrap(),
-        "a second holder is refused"
-    );
-    store.unlock("r-1", "token-b").await.unwrap();
-    assert!(
-        !store.try_lock("r-1", "token-c", ttl).await.unwrap(),
-        "a stranger cannot free the lock"
-    );
-    store.unlock("r-1", "token-a").await.unwrap();
-    assert!(store.try_lock("r-1", "token-d", ttl).await.unwrap());
+    for store in stores(&prefix) {
+        assert_eq!(
+            store.begin("r-1", "a/1", LEASE).await.unwrap(),
+            Begin::Taken { cancelled: false }
+        );
+        assert_eq!(
+            store.begin("r-1", "a/1", LEASE).await.unwrap(),
+            Begin::Taken { cancelled: false },
+            "the holder may begin again"
+        );
+        match store.begin("r-1", "b/2", LEASE).await.unwrap() {
+            Begin::Locked { token, remaining } => {
+                assert_eq!(token, "a/1");
+                assert_eq!(release_harness::store::lock_holder(&token), Some("a"));
+                assert!(remaining <= LEASE);
+            }
+            other => panic!("a second holder is refused, got {other:?}"),
+        }
+        store.unlock("r-1", "b/2").await.unwrap();
+        assert!(
+            matches!(
+                store.begin("r-1", "c/3", LEASE).await.unwrap(),
+                Begin::Locked { .. }
+            ),
+            "a stranger cannot free the lock"
+        );
+        let watched = [
+            Watched {
+                run_id: "r-1".into(),
+                renew: Some("a/1".into()),
+            },
+            Watched {
+                run_id: "r-1".into(),
+                renew: Some("b/2".into()),
+            },
+        ];
+        let found = store.watch(&watched, LEASE).await.unwrap();
+        assert_eq!(found[0].renewed, Some(true));
+        assert_eq!(found[1].renewed, Some(false), "only the holder renews");
+        store.unlock("r-1", "a/1").await.unwrap();
+        assert_eq!(
+            store.begin("r-1", "d/4", LEASE).await.unwrap(),
+            Begin::Taken { cancelled: false }
+        );
+    }
     let mut conn = raw().await;
     let pttl: i64 = conn
         .pttl(format!("{prefix}:release:{{r-1}}:lock"))
         .await
         .unwrap();
-    assert!(pttl > 0 && pttl <= 30_000, "the lock expires by itself");
+    assert!(pttl > 0 && pttl <= 30_000, "the lease expires by itself");
+}
+
+#[actix_rt::test]
+async fn a_release_whose_lock_was_taken_over_or_expired_cannot_store() {
+    let prefix = unique_prefix("fence");
+    let redis_store = Store::Redis(RedisStore::new(&config(&prefix).redis).unwrap());
+    let mut conn = raw().await;
+    let lock = format!("{prefix}:release:{{r-2}}:lock");
+    // Taken over: the key now holds another token.
+    redis_store.begin("r-2", "a/1", LEASE).await.unwrap();
+    let _: () = conn.set(&lock, "b/2").await.unwrap();
+    assert_eq!(
+        redis_store
+            .commit("r-2", "a/1", &commit("{}"))
+            .await
+            .unwrap(),
+        Committed::LockLost { stored: None }
+    );
+    assert_eq!(redis_store.get_result("r-2").await.unwrap(), None);
+    assert_eq!(redis_store.get_audit("r-2").await.unwrap(), None);
+    // The new holder stores; the old one still cannot, and learns what was stored.
+    redis_store
+        .commit("r-2", "b/2", &commit("{\"by\":\"b\"}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        redis_store
+            .commit("r-2", "a/1", &commit("{\"by\":\"a\"}"))
+            .await
+            .unwrap(),
+        Committed::LockLost {
+            stored: Some("{\"by\":\"b\"}".into())
+        }
+    );
+    // Expired: a short lease runs out before the commit.
+    redis_store
+        .begin("r-3", "a/1", Duration::from_millis(50))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert_eq!(
+        redis_store
+            .commit("r-3", "a/1", &commit("{}"))
+            .await
+            .unwrap(),
+        Committed::LockLost { stored: None }
+    );
+    assert_eq!(redis_store.get_result("r-3").await.unwrap(), None);
+}
+
+#[actix_rt::test]
+async fn a_marker_present_at_the_commit_stores_cancelled_instead() {
+    let prefix = unique_prefix("commit-cancel");
+    for store in stores(&prefix) {
+        store.begin("r-4", "a/1", LEASE).await.unwrap();
+        store.cancel("r-4").await.unwrap();
+        assert_eq!(
+            store
+                .commit("r-4", "a/1", &commit("{\"outcome\":\"SUCCESS\"}"))
+                .await
+                .unwrap(),
+            Committed::Cancelled
+        );
+        assert_eq!(
+            store.get_result("r-4").await.unwrap().as_deref(),
+            Some("{\"outcome\":\"CANCELLED\"}")
+        );
+        assert_eq!(
+            store.get_audit("r-4").await.unwrap().as_deref(),
+            Some("{\"run_id\":\"r\",\"outcome\":\"CANCELLED\"}")
+        );
+        // A marker set before the release: begin reports it.
+        store.cancel("r-5").await.unwrap();
+        assert_eq!(
+            store.begin("r-5", "a/1", LEASE).await.unwrap(),
+            Begin::Taken { cancelled: true }
+        );
+        let found = store
+            .watch(
+                &[Watched {
+                    run_id: "r-5".into(),
+                    renew: None,
+                }],
+                LEASE,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            found,
+            vec![Watch {
+                cancelled: true,
+                renewed: None
+            }]
+        );
+    }
 }
 
 #[actix_rt::test]
@@ -182,7 +342,6 @@ async fn cancel_sets_the_marker_and_publishes_the_run_id() {
     assert!(!store.is_cancelled("r-9").await.unwrap());
     store.cancel("r-9").await.unwrap();
     assert!(store.is_cancelled("r-9").await.unwrap());
-    assert!(store.preflight("r-9").await.unwrap().cancelled);
     let published = tokio::time::timeout(Duration::from_secs(2), subscription.next_run_id())
         .await
         .unwrap();

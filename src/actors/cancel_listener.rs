@@ -1,6 +1,8 @@
 //! The CancelListener: subscribes to `P:cancel` on its own Redis connection and forwards
 //! every published run id to the registry, so a cancel on any replica reaches the one
-//! running the release. It re-subscribes (with backoff) whenever the connection drops.
+//! running the release. It re-subscribes (with backoff) whenever the connection drops, and
+//! after every (re)subscription asks the registry to check the cancel markers of its runs
+//! in flight at once: a cancel published while nobody listened is not lost.
 
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use actix::{
     Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message, SpawnHandle, WrapFuture,
 };
 
-use super::registry::{CancelRun, RunRegistry};
+use super::registry::{CancelRun, RunRegistry, WatchNow};
 use crate::domain::audit::CancelSource;
 use crate::store::RedisStore;
 
@@ -36,6 +38,7 @@ async fn listen(store: RedisStore, registry: Addr<RunRegistry>) {
             Ok(mut subscription) => {
                 backoff = Duration::from_millis(100);
                 tracing::info!("subscribed to cancel channel");
+                registry.do_send(WatchNow);
                 while let Some(run_id) = subscription.next_run_id().await {
                     registry.do_send(CancelRun {
                         run_id,

@@ -28,13 +28,14 @@ pub use crate::domain::request::ReleaseRequest;
 use crate::model::ModelClient;
 use crate::store::{Store, StoreError};
 
-/// What every run shares: configuration, the store and the model client (None when
-/// `model.base_url` is empty).
+/// What every run shares: configuration, the store, the model client (None when
+/// `model.base_url` is empty) and this replica's name (in lock tokens and 409 answers).
 #[derive(Clone)]
 pub struct Harness {
     pub config: Arc<Config>,
     pub store: Store,
     pub model: Option<ModelClient>,
+    pub replica: Arc<str>,
 }
 
 impl Harness {
@@ -45,6 +46,7 @@ impl Harness {
             None
         };
         Ok(Harness {
+            replica: replica_name(&config).into(),
             config: Arc::new(config),
             store,
             model,
@@ -52,11 +54,36 @@ impl Harness {
     }
 }
 
-/// A release that produced no result; nothing was stored.
+/// `server.replica_name`, or this host's name and the process id.
+fn replica_name(config: &Config) -> String {
+    if !config.server.replica_name.is_empty() {
+        return config.server.replica_name.clone();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "harness".into());
+    format!("{host}:{}", std::process::id())
+}
+
+/// A release that produced no result: nothing was stored by it, unless the error is a
+/// store error whose outcome is unknown (a retry then answers what was stored, if anything).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReleaseError {
+    /// Another release of the run holds its lock (`holder`: which replica, if known) for
+    /// `retry_after` more at most.
     #[error("a release of this run is already in flight")]
-    InFlight,
+    InFlight {
+        holder: Option<String>,
+        retry_after: std::time::Duration,
+    },
+    /// This release's lease ran out or was taken over before it could commit: nothing was
+    /// stored by it.
+    #[error(
+        "the release lost its lock before it could store its result; nothing was stored by it"
+    )]
+    LockLost,
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("the stored release result cannot be read: {0}")]

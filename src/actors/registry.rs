@@ -1,23 +1,46 @@
 //! The RunRegistry: one per process. It maps run ids to their supervisors, starts a
-//! supervisor per release, refuses a second release of a run in flight here (the Redis
-//! lock refuses it across replicas), routes cancels, and forgets runs when they end.
+//! supervisor per release with its lock token, refuses a second release of a run in flight
+//! here (the Redis lock refuses it across replicas), routes cancels, and forgets runs when
+//! they end.
+//!
+//! It also watches its runs in flight: every `cancel.poll_interval_ms` one pipelined store
+//! command checks all their cancel markers and renews the leases that are due (every third
+//! of `redis.lock_lease_ms`). A marker found cancels the run (a cancel without a publish is
+//! not lost); a renewal that finds the lock gone tells the supervisor it can never commit.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use actix::{Actor, Addr, AsyncContext, Context, Handler, Message, MessageResult, ResponseFuture};
+use actix::{
+    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, MessageResult,
+    ResponseFuture, WrapFuture,
+};
 
-use super::supervisor::{Cancel, Run, RunSupervisor};
+use super::supervisor::{Cancel, LockLost, Run, RunSupervisor};
 use super::{Harness, ReleaseError, ReleaseRequest, Released};
 use crate::domain::audit::CancelSource;
+use crate::store::{new_lock_token, Watch, Watched};
 use crate::telemetry;
+
+/// A release in flight here.
+struct InFlightRun {
+    /// Tells a restarted release of the same run apart.
+    supervisor: u64,
+    addr: Addr<RunSupervisor>,
+    token: String,
+    /// The lock is held (the begin script took it): its lease is renewed from now on.
+    held: bool,
+    renewed_at: Instant,
+}
 
 pub struct RunRegistry {
     harness: Harness,
-    /// Supervisors of the runs in flight here, with the id that tells restarts apart.
-    runs: HashMap<String, (u64, Addr<RunSupervisor>)>,
+    runs: HashMap<String, InFlightRun>,
     next_id: u64,
     /// Set on shutdown: new releases are refused, running ones finish.
     draining: bool,
+    /// A watch command is out; the next tick waits for it.
+    watching: bool,
 }
 
 impl RunRegistry {
@@ -27,12 +50,78 @@ impl RunRegistry {
             runs: HashMap::new(),
             next_id: 0,
             draining: false,
+            watching: false,
+        }
+    }
+
+    /// One watch of every run in flight: markers, and the renewals that are due.
+    fn watch(&mut self, ctx: &mut Context<Self>) {
+        if self.watching || self.runs.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let renew_every = self.harness.config.lock_renew_every();
+        let watched: Vec<Watched> = self
+            .runs
+            .iter()
+            .map(|(run_id, run)| Watched {
+                run_id: run_id.clone(),
+                renew: (run.held && now.duration_since(run.renewed_at) >= renew_every)
+                    .then(|| run.token.clone()),
+            })
+            .collect();
+        self.watching = true;
+        let store = self.harness.store.clone();
+        let lease = self.harness.config.lock_lease();
+        let work = async move {
+            let found = store.watch(&watched, lease).await;
+            (watched, found)
+        };
+        ctx.spawn(
+            work.into_actor(self)
+                .map(move |(watched, found), registry, _| {
+                    registry.watching = false;
+                    if let Ok(found) = found {
+                        registry.watched(&watched, &found, now);
+                    }
+                }),
+        );
+    }
+
+    fn watched(&mut self, watched: &[Watched], found: &[Watch], asked_at: Instant) {
+        for (asked, found) in watched.iter().zip(found) {
+            let Some(run) = self.runs.get_mut(&asked.run_id) else {
+                continue;
+            };
+            // A later release of the same run has its own token: this answer is not for it.
+            if asked
+                .renew
+                .as_ref()
+                .is_some_and(|token| *token != run.token)
+            {
+                continue;
+            }
+            if found.cancelled {
+                run.addr.do_send(Cancel(CancelSource::Marker));
+            }
+            match found.renewed {
+                Some(true) => run.renewed_at = asked_at,
+                Some(false) => run.addr.do_send(LockLost),
+                None => {}
+            }
         }
     }
 }
 
 impl Actor for RunRegistry {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.run_interval(
+            self.harness.config.cancel_poll_interval(),
+            |registry, ctx| registry.watch(ctx),
+        );
+    }
 }
 
 /// Sent by the HTTP API and `check`: release one run. Answers its result, `InFlight`
@@ -49,6 +138,20 @@ pub struct CancelRun {
     pub run_id: String,
     pub source: CancelSource,
 }
+
+/// Sent by a supervisor when its begin script took the run's lock: renew its lease.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct LockTaken {
+    pub run_id: String,
+    pub supervisor: u64,
+}
+
+/// Sent by the CancelListener after it (re)subscribed: check the markers of every run in
+/// flight now, since a cancel published while it was not subscribed was lost.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct WatchNow;
 
 /// Sent by a supervisor when it stops.
 #[derive(Message, Debug, Clone)]
@@ -77,12 +180,35 @@ impl Handler<StartRelease> for RunRegistry {
         }
         let run_id = msg.0.run_id.clone();
         if self.runs.contains_key(&run_id) {
-            return Box::pin(async { Err(ReleaseError::InFlight) });
+            let holder = Some(self.harness.replica.to_string());
+            return Box::pin(async move {
+                Err(ReleaseError::InFlight {
+                    holder,
+                    retry_after: Duration::from_secs(1),
+                })
+            });
         }
         self.next_id += 1;
         let id = self.next_id;
-        let supervisor = RunSupervisor::new(id, msg.0, self.harness.clone(), ctx.address()).start();
-        self.runs.insert(run_id, (id, supervisor.clone()));
+        let token = new_lock_token(&self.harness.replica);
+        let supervisor = RunSupervisor::new(
+            id,
+            msg.0,
+            token.clone(),
+            self.harness.clone(),
+            ctx.address(),
+        )
+        .start();
+        self.runs.insert(
+            run_id,
+            InFlightRun {
+                supervisor: id,
+                addr: supervisor.clone(),
+                token,
+                held: false,
+                renewed_at: Instant::now(),
+            },
+        );
         telemetry::runs_in_flight(self.runs.len());
         Box::pin(async move {
             supervisor.send(Run).await.unwrap_or_else(|e| {
@@ -98,8 +224,8 @@ impl Handler<CancelRun> for RunRegistry {
     type Result = bool;
     fn handle(&mut self, msg: CancelRun, _: &mut Self::Context) -> bool {
         match self.runs.get(&msg.run_id) {
-            Some((_, supervisor)) => {
-                supervisor.do_send(Cancel(msg.source));
+            Some(run) => {
+                run.addr.do_send(Cancel(msg.source));
                 true
             }
             None => false,
@@ -107,10 +233,29 @@ impl Handler<CancelRun> for RunRegistry {
     }
 }
 
+impl Handler<LockTaken> for RunRegistry {
+    type Result = ();
+    fn handle(&mut self, msg: LockTaken, _: &mut Self::Context) {
+        if let Some(run) = self.runs.get_mut(&msg.run_id) {
+            if run.supervisor == msg.supervisor {
+                run.held = true;
+                run.renewed_at = Instant::now();
+            }
+        }
+    }
+}
+
+impl Handler<WatchNow> for RunRegistry {
+    type Result = ();
+    fn handle(&mut self, _: WatchNow, ctx: &mut Self::Context) {
+        self.watch(ctx);
+    }
+}
+
 impl Handler<RunEnded> for RunRegistry {
     type Result = ();
     fn handle(&mut self, msg: RunEnded, _: &mut Self::Context) {
-        if self.runs.get(&msg.run_id).map(|(id, _)| *id) == Some(msg.supervisor) {
+        if self.runs.get(&msg.run_id).map(|run| run.supervisor) == Some(msg.supervisor) {
             self.runs.remove(&msg.run_id);
             telemetry::runs_in_flight(self.runs.len());
         }

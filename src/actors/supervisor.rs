@@ -1,10 +1,13 @@
 //! The RunSupervisor: one per release, the run's state machine.
 //!
-//! stored result? cancelled? → in-flight lock → load evidence → EvidenceGuard (via its
-//! actor) → Repair → EvidenceGuard → SemanticGuard → decision → store result and audit
-//! together → unlock → reply. The whole pipeline is one future spawned in this actor's
-//! context; `Cancel` drops it, aborts the children's pending model calls, stores and
-//! answers CANCELLED. Once a result is decided (publishing), a late Cancel changes nothing.
+//! begin (one script: stored result? lock taken? cancel marker?) → load evidence →
+//! EvidenceGuard (via its actor) → Repair → EvidenceGuard → SemanticGuard → decision →
+//! fenced commit (one script: result or CANCELLED, audit, unlock, only while this release
+//! still holds the lock) → reply. The decision is one future spawned in this actor's
+//! context; `Cancel` drops it, aborts the children's pending model calls and commits
+//! CANCELLED. The registry renews the lease and polls the marker; `LockLost` from it ends
+//! the release with nothing stored. Once the commit is sent a Cancel changes nothing here:
+//! the commit itself checks the marker.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -19,15 +22,17 @@ use tracing::Instrument;
 
 use super::budget::BudgetActor;
 use super::evidence_guard::{CheckDraft, CheckRepair, Checked, EvidenceGuardActor};
-use super::registry::{RunEnded, RunRegistry};
+use super::registry::{LockTaken, RunEnded, RunRegistry};
 use super::repair::{RepairActor, RepairDraft};
 use super::semantic_guard::{Judge, SemanticGuardActor};
 use super::{AbortChild, Harness, ReleaseError, ReleaseRequest, Released, StepOutcome, StopChild};
 use crate::domain::audit::{
-    millis, AttemptOutcome, Audit, BudgetUse, CancelSource, ModelAttempt, ModelRole, RepairAudit,
+    millis, AttemptOutcome, Audit, AuditEnd, BudgetUse, CancelSource, ModelAttempt, ModelRole,
+    RepairAudit,
 };
 use crate::domain::release::{after_judgement, DraftInput, Judgement, ReleaseResult, Step};
 use crate::model::prompts::UsableCallRef;
+use crate::store::{lock_holder, Begin, Commit, Committed, StoreError};
 use crate::telemetry;
 
 /// The run's children, started with the supervisor and stopped with it.
@@ -42,24 +47,26 @@ struct Children {
 enum Phase {
     /// Waiting for `Run`.
     Idle,
-    /// The pipeline runs; a Cancel aborts it.
-    Running,
-    /// A result is decided and being stored; Cancel is too late.
-    Publishing,
+    /// The begin script is out; a Cancel is remembered and applied once it answers.
+    Beginning,
+    /// The lock is held and the decision runs; a Cancel aborts it.
+    Deciding,
+    /// The fenced commit is out (or the answer is given); Cancel is too late here.
+    Committing,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum LockState {
+/// What this release knows of the run's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    /// Not held (never taken, freed by the commit, or lost).
     None,
-    /// SET NX was sent; whether it took is unknown until it answers.
-    Requested(String),
-    Held(String),
+    /// A step that takes or frees it failed midway: it may be held; unlock on the way out.
+    Maybe,
+    Held,
 }
 
-/// What the pipeline ends with.
+/// What the decision ends with.
 enum Decided {
-    /// A stored result of an earlier release (no new release ran, nothing is written).
-    Stored(String),
     Cancelled(CancelSource),
     Result(Box<ReleaseResult>),
 }
@@ -69,11 +76,15 @@ pub struct RunSupervisor {
     request: Option<ReleaseRequest>,
     harness: Harness,
     registry: Addr<RunRegistry>,
+    /// This release's lock token (from the registry, which renews the lease with it).
+    token: String,
+    lock: Lock,
     audit: Rc<RefCell<Audit>>,
-    lock: Rc<RefCell<LockState>>,
     began: Instant,
     phase: Phase,
-    /// The pipeline future; cancelling it drops whatever it awaits.
+    /// A cancel that arrived while the begin script was out.
+    cancel_requested: Option<CancelSource>,
+    /// The decision future; cancelling it drops whatever it awaits.
     pipeline: Option<SpawnHandle>,
     /// Who waits for the answer (the registry's caller). Dropping it answers nothing.
     reply: Option<oneshot::Sender<Result<Released, ReleaseError>>>,
@@ -86,6 +97,7 @@ impl RunSupervisor {
     pub fn new(
         id: u64,
         request: ReleaseRequest,
+        token: String,
         harness: Harness,
         registry: Addr<RunRegistry>,
     ) -> Self {
@@ -102,10 +114,12 @@ impl RunSupervisor {
             request: Some(request),
             harness,
             registry,
+            token,
+            lock: Lock::None,
             audit: Rc::new(RefCell::new(audit)),
-            lock: Rc::new(RefCell::new(LockState::None)),
             began: Instant::now(),
             phase: Phase::Idle,
+            cancel_requested: None,
             pipeline: None,
             reply: None,
             children: None,
@@ -185,28 +199,81 @@ impl RunSupervisor {
         }
     }
 
-    /// The pipeline ended (not by Cancel).
+    /// The begin script answered.
+    fn begun(&mut self, begun: Result<Begin, StoreError>, ctx: &mut Context<Self>) {
+        self.pipeline = None;
+        match begun {
+            Err(e) => {
+                // It may have taken the lock before failing: free it on the way out.
+                self.lock = Lock::Maybe;
+                self.finish(Err(e.into()), ctx);
+            }
+            Ok(Begin::Stored(json)) => self.finish(replay(json), ctx),
+            Ok(Begin::Locked { token, remaining }) => self.finish(
+                Err(ReleaseError::InFlight {
+                    holder: lock_holder(&token).map(str::to_string),
+                    retry_after: remaining,
+                }),
+                ctx,
+            ),
+            Ok(Begin::Taken { cancelled }) => {
+                self.lock = Lock::Held;
+                self.registry.do_send(LockTaken {
+                    run_id: self.run_id(),
+                    supervisor: self.id,
+                });
+                let cancel = if cancelled {
+                    Some(CancelSource::Marker)
+                } else {
+                    self.cancel_requested.take()
+                };
+                match cancel {
+                    Some(source) => self.cancelled(source, ctx),
+                    None => self.decide(ctx),
+                }
+            }
+        }
+    }
+
+    /// Runs the decision under the lock.
+    fn decide(&mut self, ctx: &mut Context<Self>) {
+        self.phase = Phase::Deciding;
+        let (Some(request), Some(children)) = (self.request.take(), self.children.as_ref()) else {
+            return self.finish(
+                Err(ReleaseError::Internal("the release has no request".into())),
+                ctx,
+            );
+        };
+        let span = tracing::info_span!("release", run_id = %request.run_id);
+        let work = pipeline(
+            request,
+            self.harness.clone(),
+            children.evidence_guard.clone(),
+            children.repair.clone(),
+            children.semantic.clone(),
+            self.audit.clone(),
+        )
+        .instrument(span);
+        let handle = ctx.spawn(
+            work.into_actor(self)
+                .map(|decided, actor, ctx| actor.decided(decided, ctx)),
+        );
+        self.pipeline = Some(handle);
+    }
+
+    /// The decision ended (not by Cancel).
     fn decided(&mut self, decided: Result<Decided, ReleaseError>, ctx: &mut Context<Self>) {
         self.pipeline = None;
         match decided {
-            Ok(Decided::Stored(json)) => {
-                let answer = serde_json::from_str::<ReleaseResult>(&json)
-                    .map(|result| Released {
-                        result,
-                        json,
-                        replayed: true,
-                    })
-                    .map_err(|e| ReleaseError::StoredResultUnreadable(e.to_string()));
-                self.finish(answer, ctx);
-            }
             Ok(Decided::Cancelled(source)) => self.cancelled(source, ctx),
-            Ok(Decided::Result(result)) => self.publish(*result, None, ctx),
+            Ok(Decided::Result(result)) => self.commit(*result, None, ctx),
             Err(e) => self.finish(Err(e), ctx),
         }
     }
 
-    /// Cancel, by any route, while the pipeline runs.
+    /// Cancel, by any route, while the lock is held and the decision runs (or before it).
     fn cancelled(&mut self, source: CancelSource, ctx: &mut Context<Self>) {
+        tracing::info!(run_id = %self.run_id(), source = source.as_str(), "release cancelled");
         if let Some(handle) = self.pipeline.take() {
             ctx.cancel_future(handle);
         }
@@ -227,28 +294,43 @@ impl RunSupervisor {
             self.audit.borrow_mut().model_attempts.push(attempt);
         }
         let run_id = self.run_id();
-        self.publish(ReleaseResult::cancelled(&run_id), Some(source), ctx);
+        self.commit(ReleaseResult::cancelled(&run_id), Some(source), ctx);
     }
 
-    /// Stores the result and audit under the in-flight lock (taking it first if a cancel came
-    /// before this release held it), frees the lock, answers.
-    fn publish(
+    /// The lease was lost (expired while Redis paused, or the key replaced): this release
+    /// can never store, so it stops now.
+    fn lock_lost(&mut self, ctx: &mut Context<Self>) {
+        tracing::warn!(run_id = %self.run_id(), "the release lost its lock; nothing is stored");
+        if let Some(handle) = self.pipeline.take() {
+            ctx.cancel_future(handle);
+        }
+        self.stop_children(true);
+        self.lock = Lock::None;
+        self.finish(Err(ReleaseError::LockLost), ctx);
+    }
+
+    /// The fenced commit: stores `result` (or CANCELLED, if the marker is set by then) with
+    /// its audit record while this release still holds the lock, frees it, answers.
+    fn commit(
         &mut self,
         result: ReleaseResult,
         cancel: Option<CancelSource>,
         ctx: &mut Context<Self>,
     ) {
-        self.phase = Phase::Publishing;
+        self.phase = Phase::Committing;
         let total = self.began.elapsed();
-        let json = match serde_json::to_string(&result) {
-            Ok(json) => json,
-            Err(e) => return self.finish(Err(ReleaseError::Internal(e.to_string())), ctx),
+        let run_id = self.run_id();
+        let (json, cancelled_json) = match (
+            serde_json::to_string(&result),
+            serde_json::to_string(&ReleaseResult::cancelled(&run_id)),
+        ) {
+            (Ok(json), Ok(cancelled)) => (json, cancelled),
+            (Err(e), _) | (_, Err(e)) => {
+                return self.finish(Err(ReleaseError::Internal(e.to_string())), ctx)
+            }
         };
-        let audit_json = {
+        let (audit_json, overhead) = {
             let mut audit = self.audit.borrow_mut();
-            audit.outcome = Some(result.outcome);
-            audit.fallback_type = result.fallback_type;
-            audit.cancelled_by = cancel;
             let model_wait = audit.model_wait_ms();
             audit.timings.total_ms = millis(total);
             audit.timings.model_wait_ms = model_wait;
@@ -264,74 +346,85 @@ impl RunSupervisor {
                     telemetry::guard_violation(v.rule);
                 }
             }
-            serde_json::to_string(&*audit).unwrap_or_else(|_| "{}".into())
+            let end = AuditEnd::of(result.outcome, result.fallback_type, cancel);
+            let overhead = total.saturating_sub(Duration::from_secs_f64(model_wait / 1000.0));
+            (audit.commit_json(&end), overhead)
         };
         let store = self.harness.store.clone();
-        let run_id = self.run_id();
-        let lock = std::mem::replace(&mut *self.lock.borrow_mut(), LockState::None);
-        let overhead = total.saturating_sub(Duration::from_secs_f64(
-            self.audit.borrow().model_wait_ms() / 1000.0,
-        ));
-        let released = Released {
-            result,
-            json: json.clone(),
-            replayed: false,
+        let token = self.token.clone();
+        let work = {
+            let run_id = run_id.clone();
+            let json = json.clone();
+            let cancelled_json = cancelled_json.clone();
+            async move {
+                let commit = Commit {
+                    result: &json,
+                    audit_head: &audit_json.head,
+                    audit_tail: &audit_json.tail,
+                    cancelled_result: &cancelled_json,
+                    cancelled_audit_tail: &audit_json.cancelled_tail,
+                };
+                store.commit(&run_id, &token, &commit).await
+            }
         };
-        let lock_ttl = self.harness.config.lock_ttl();
-        let work = async move {
-            let token = match lock {
-                LockState::Held(token) => token,
-                // A cancel that came before this release held the lock: take it now so the
-                // CANCELLED result is stored like any other. If another release holds the
-                // run, that release stores its own result; a result stored meanwhile stands.
-                other => {
-                    if let LockState::Requested(token) = other {
-                        let _ = store.unlock(&run_id, &token).await;
+        ctx.spawn(work.into_actor(self).map(move |committed, actor, ctx| {
+            actor.lock = Lock::None;
+            let answer = match committed {
+                Err(e) => {
+                    // The commit may or may not have run: free the lock if it did not.
+                    actor.lock = Lock::Maybe;
+                    Err(e.into())
+                }
+                Ok(Committed::AlreadyStored(stored))
+                | Ok(Committed::LockLost {
+                    stored: Some(stored),
+                }) => replay(stored),
+                Ok(Committed::LockLost { stored: None }) => Err(ReleaseError::LockLost),
+                Ok(Committed::Decided) => {
+                    telemetry::release_finished(
+                        result.outcome,
+                        result.fallback_type,
+                        total,
+                        overhead,
+                    );
+                    if let Some(source) = cancel {
+                        telemetry::cancelled(source);
                     }
-                    let token = new_lock_token();
-                    if !matches!(store.try_lock(&run_id, &token, lock_ttl).await, Ok(true)) {
-                        return Ok(());
-                    }
-                    if !matches!(store.get_result(&run_id).await, Ok(None)) {
-                        let _ = store.unlock(&run_id, &token).await;
-                        return Ok(());
-                    }
-                    token
+                    Ok(Released {
+                        result,
+                        json,
+                        replayed: false,
+                    })
+                }
+                Ok(Committed::Cancelled) => {
+                    tracing::info!(run_id = %run_id, "cancel marker found at the commit; CANCELLED stored");
+                    let source = cancel.unwrap_or(CancelSource::Marker);
+                    let result = ReleaseResult::cancelled(&run_id);
+                    telemetry::release_finished(result.outcome, None, total, overhead);
+                    telemetry::cancelled(source);
+                    Ok(Released {
+                        result,
+                        json: cancelled_json,
+                        replayed: false,
+                    })
                 }
             };
-            let stored = store.put_result(&run_id, &json, &audit_json).await;
-            let _ = store.unlock(&run_id, &token).await;
-            stored.map_err(ReleaseError::from)
-        };
-        ctx.spawn(work.into_actor(self).map(move |stored, actor, ctx| {
-            let answer = stored.map(|()| {
-                telemetry::release_finished(
-                    released.result.outcome,
-                    released.result.fallback_type,
-                    total,
-                    overhead,
-                );
-                if let Some(source) = cancel {
-                    telemetry::cancelled(source);
-                }
-                released
-            });
             actor.finish(answer, ctx);
         }));
     }
 
-    /// Answers the caller and stops the run, freeing a lock the release still holds
-    /// (publishing has already freed its own).
+    /// Answers the caller and stops the run, freeing a lock this release may still hold.
     fn finish(&mut self, answer: Result<Released, ReleaseError>, ctx: &mut Context<Self>) {
+        self.phase = Phase::Committing;
         if let Some(reply) = self.reply.take() {
             let _ = reply.send(answer);
         }
         self.stop_children(false);
-        let lock = std::mem::replace(&mut *self.lock.borrow_mut(), LockState::None);
-        match lock {
-            LockState::Held(token) | LockState::Requested(token) => {
+        match std::mem::replace(&mut self.lock, Lock::None) {
+            Lock::Held | Lock::Maybe => {
                 let store = self.harness.store.clone();
                 let run_id = self.run_id();
+                let token = self.token.clone();
                 ctx.spawn(
                     async move {
                         let _ = store.unlock(&run_id, &token).await;
@@ -340,9 +433,20 @@ impl RunSupervisor {
                     .map(|_, _, ctx| ctx.stop()),
                 );
             }
-            LockState::None => ctx.stop(),
+            Lock::None => ctx.stop(),
         }
     }
+}
+
+/// A stored result, answered again (no new release ran).
+fn replay(json: String) -> Result<Released, ReleaseError> {
+    serde_json::from_str::<ReleaseResult>(&json)
+        .map(|result| Released {
+            result,
+            json,
+            replayed: true,
+        })
+        .map_err(|e| ReleaseError::StoredResultUnreadable(e.to_string()))
 }
 
 impl Actor for RunSupervisor {
@@ -368,10 +472,15 @@ impl Actor for RunSupervisor {
 #[rtype(result = "Result<Released, ReleaseError>")]
 pub struct Run;
 
-/// Sent by the registry when a cancel for this run arrives (HTTP, pub/sub).
+/// Sent by the registry when a cancel for this run arrives (HTTP, pub/sub, marker poll).
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
 pub struct Cancel(pub CancelSource);
+
+/// Sent by the registry when renewing this release's lease found the lock gone.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct LockLost;
 
 /// Sent by a model-calling child just before a request goes out.
 #[derive(Message, Debug, Clone, Copy)]
@@ -427,9 +536,21 @@ impl Handler<AttemptRecorded> for RunSupervisor {
 impl Handler<Cancel> for RunSupervisor {
     type Result = ();
     fn handle(&mut self, msg: Cancel, ctx: &mut Self::Context) {
-        if self.phase == Phase::Running {
-            tracing::info!(run_id = %self.run_id(), source = msg.0.as_str(), "release cancelled");
-            self.cancelled(msg.0, ctx);
+        match self.phase {
+            Phase::Idle | Phase::Beginning => {
+                self.cancel_requested.get_or_insert(msg.0);
+            }
+            Phase::Deciding => self.cancelled(msg.0, ctx),
+            Phase::Committing => {}
+        }
+    }
+}
+
+impl Handler<LockLost> for RunSupervisor {
+    type Result = ();
+    fn handle(&mut self, _: LockLost, ctx: &mut Self::Context) {
+        if self.phase == Phase::Deciding && self.lock == Lock::Held {
+            self.lock_lost(ctx);
         }
     }
 }
@@ -438,29 +559,22 @@ impl Handler<Run> for RunSupervisor {
     type Result = ResponseFuture<Result<Released, ReleaseError>>;
 
     fn handle(&mut self, _: Run, ctx: &mut Self::Context) -> Self::Result {
-        let (tx, rx) = oneshot::channel();
-        let Some(request) = self.request.take() else {
+        if self.phase != Phase::Idle {
             return Box::pin(async { Err(ReleaseError::Internal("Run sent twice".into())) });
-        };
+        }
+        let (tx, rx) = oneshot::channel();
         self.reply = Some(tx);
-        self.phase = Phase::Running;
-        let Some(children) = self.children.as_ref() else {
-            return Box::pin(async { Err(ReleaseError::Internal("children not started".into())) });
-        };
-        let span = tracing::info_span!("release", run_id = %request.run_id);
-        let work = pipeline(
-            request,
-            self.harness.clone(),
-            children.evidence_guard.clone(),
-            children.repair.clone(),
-            children.semantic.clone(),
-            self.audit.clone(),
-            self.lock.clone(),
-        )
-        .instrument(span);
+        self.phase = Phase::Beginning;
+        self.audit.borrow_mut().timings.started_at = chrono::Utc::now().to_rfc3339();
+        let store = self.harness.store.clone();
+        let run_id = self.run_id();
+        let token = self.token.clone();
+        let lease = self.harness.config.lock_lease();
+        let begin = async move { store.begin(&run_id, &token, lease).await };
         let handle = ctx.spawn(
-            work.into_actor(self)
-                .map(|decided, actor, ctx| actor.decided(decided, ctx)),
+            begin
+                .into_actor(self)
+                .map(|begun, actor, ctx| actor.begun(begun, ctx)),
         );
         self.pipeline = Some(handle);
         Box::pin(async move {
@@ -473,16 +587,11 @@ impl Handler<Run> for RunSupervisor {
     }
 }
 
-/// A fresh in-flight lock token: only its holder may free the lock.
-fn new_lock_token() -> String {
-    format!("{:032x}", rand::random::<u128>())
-}
-
 fn mailbox(e: actix::MailboxError) -> ReleaseError {
     ReleaseError::Internal(format!("a run actor is gone: {e}"))
 }
 
-/// The release itself. It touches actor state only through the shared audit and lock cells.
+/// The decision, under the lock. It touches actor state only through the shared audit.
 async fn pipeline(
     request: ReleaseRequest,
     harness: Harness,
@@ -490,33 +599,10 @@ async fn pipeline(
     repair: Option<Addr<RepairActor>>,
     semantic: Option<Addr<SemanticGuardActor>>,
     audit: Rc<RefCell<Audit>>,
-    lock: Rc<RefCell<LockState>>,
 ) -> Result<Decided, ReleaseError> {
     let store = &harness.store;
     let config = &harness.config;
     let run_id = request.run_id.as_str();
-    audit.borrow_mut().timings.started_at = chrono::Utc::now().to_rfc3339();
-
-    // A stored result is answered without the lock; everything else (a CANCELLED result
-    // included) is decided and stored under it.
-    if let Some(stored) = store.preflight(run_id).await?.stored_result {
-        return Ok(Decided::Stored(stored));
-    }
-    let token = new_lock_token();
-    *lock.borrow_mut() = LockState::Requested(token.clone());
-    if !store.try_lock(run_id, &token, config.lock_ttl()).await? {
-        *lock.borrow_mut() = LockState::None;
-        return Err(ReleaseError::InFlight);
-    }
-    *lock.borrow_mut() = LockState::Held(token);
-    // Another replica may have finished, or a cancel landed, between the check and the lock.
-    let preflight = store.preflight(run_id).await?;
-    if let Some(stored) = preflight.stored_result {
-        return Ok(Decided::Stored(stored));
-    }
-    if preflight.cancelled {
-        return Ok(Decided::Cancelled(CancelSource::Marker));
-    }
 
     let cited = match &request.draft {
         DraftInput::Parsed(d) if !request.stop_reason.is_controlled_stop() => d.cited_call_ids(),

@@ -185,7 +185,8 @@ pub enum CancelSource {
     Http,
     /// A run id published on `P:cancel` (usually by another replica).
     Pubsub,
-    /// The durable `P:run:{RUN}:cancelled` marker, seen before start or before a model call.
+    /// The durable `P:run:{RUN}:cancelled` marker: seen at the start, before a model call,
+    /// by the replica's marker poll, or inside the fenced commit.
     Marker,
 }
 
@@ -238,9 +239,66 @@ pub struct Audit {
     pub verdict: Option<VerdictAudit>,
     pub budget: BudgetUse,
     pub timings: Timings,
-    pub outcome: Option<Outcome>,
+}
+
+/// How the release ended: the last keys of the audit record. The fenced commit chooses
+/// between two of these (the decided one, and CANCELLED if the marker is set by then), so
+/// they are serialized apart from the rest ([`Audit::commit_json`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditEnd {
+    pub outcome: Outcome,
     pub fallback_type: Option<FallbackType>,
     pub cancelled_by: Option<CancelSource>,
+    /// What the release had decided when the cancel marker was found at the commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superseded: Option<Superseded>,
+}
+
+/// A decided outcome that a cancel replaced at the commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Superseded {
+    pub outcome: Outcome,
+    pub fallback_type: Option<FallbackType>,
+}
+
+impl AuditEnd {
+    /// The end of a release that stored `outcome` (with `cancelled_by` for CANCELLED).
+    pub fn of(
+        outcome: Outcome,
+        fallback_type: Option<FallbackType>,
+        cancelled_by: Option<CancelSource>,
+    ) -> AuditEnd {
+        AuditEnd {
+            outcome,
+            fallback_type,
+            cancelled_by,
+            superseded: None,
+        }
+    }
+
+    /// The end when the marker is found at the commit, replacing this one.
+    pub fn cancelled_at_commit(&self) -> AuditEnd {
+        if self.outcome == Outcome::Cancelled {
+            return self.clone();
+        }
+        AuditEnd {
+            outcome: Outcome::Cancelled,
+            fallback_type: None,
+            cancelled_by: Some(CancelSource::Marker),
+            superseded: Some(Superseded {
+                outcome: self.outcome,
+                fallback_type: self.fallback_type,
+            }),
+        }
+    }
+}
+
+/// The audit record as the fenced commit writes it: `head` then one of the tails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditJson {
+    pub head: String,
+    pub tail: String,
+    pub cancelled_tail: String,
 }
 
 impl Audit {
@@ -257,9 +315,28 @@ impl Audit {
             verdict: None,
             budget: BudgetUse::default(),
             timings: Timings::default(),
-            outcome: None,
-            fallback_type: None,
-            cancelled_by: None,
+        }
+    }
+
+    /// The JSON object of this record followed by `end`'s keys.
+    pub fn to_json(&self, end: &AuditEnd) -> String {
+        let parts = self.commit_json(end);
+        parts.head + &parts.tail
+    }
+
+    /// The record in the parts the fenced commit joins: everything but the end (an open
+    /// JSON object), the end for `end`, and the end for a cancel found at the commit.
+    pub fn commit_json(&self, end: &AuditEnd) -> AuditJson {
+        let mut head = serde_json::to_string(self).unwrap_or_else(|_| "{}".into());
+        head.pop(); // the closing brace; the record always has keys, so a tail follows ","
+        let tail = |end: &AuditEnd| {
+            let json = serde_json::to_string(end).unwrap_or_else(|_| "{}".into());
+            format!(",{}", &json[1..])
+        };
+        AuditJson {
+            head,
+            tail: tail(end),
+            cancelled_tail: tail(&end.cancelled_at_commit()),
         }
     }
 

@@ -19,14 +19,21 @@ pub enum ApiError {
     NotFound(&'static str),
     #[error("method not allowed")]
     MethodNotAllowed,
-    #[error("a release of this run is already in flight")]
-    Conflict,
+    #[error("a release of this run is already in flight{}; retry after {} s", .holder.as_deref().map(|h| format!(" on replica {h}")).unwrap_or_default(), .retry_after_secs)]
+    Conflict {
+        holder: Option<String>,
+        retry_after_secs: u64,
+    },
+    #[error("this release lost its lock before it could store a result (its lease ran out or was taken over), so it stored nothing; retry: the retry answers the stored result, if another release stored one")]
+    LockLost,
     #[error("the request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error("the request body did not arrive in time")]
     RequestTimeout,
-    #[error("the store is unavailable; nothing was released or stored")]
+    #[error("the store is unavailable; nothing was released or stored, and a retry is safe")]
     StoreUnavailable(#[source] StoreError),
+    #[error("the store failed while the result was being stored: it may or may not be stored; a retry is safe and answers the stored result if there is one")]
+    StoreOutcomeUnknown(#[source] StoreError),
     #[error("the service is shutting down")]
     ShuttingDown,
     #[error("internal error")]
@@ -41,10 +48,12 @@ impl ApiError {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::Conflict => "release_in_flight",
+            ApiError::Conflict { .. } => "release_in_flight",
+            ApiError::LockLost => "lock_lost",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::RequestTimeout => "request_timeout",
             ApiError::StoreUnavailable(_) => "store_unavailable",
+            ApiError::StoreOutcomeUnknown(_) => "store_outcome_unknown",
             ApiError::ShuttingDown => "shutting_down",
             ApiError::Internal(_) => "internal",
         }
@@ -56,15 +65,16 @@ impl ApiError {
             | ApiError::BadRequest(_)
             | ApiError::NotFound(_)
             | ApiError::MethodNotAllowed
-            | ApiError::Conflict
+            | ApiError::Conflict { .. }
             | ApiError::PayloadTooLarge { .. }
             | ApiError::RequestTimeout
             | ApiError::ShuttingDown => {
                 tracing::debug!(code = self.code(), "request refused: {self}")
             }
-            ApiError::StoreUnavailable(e) => {
+            ApiError::StoreUnavailable(e) | ApiError::StoreOutcomeUnknown(e) => {
                 tracing::warn!(code = self.code(), error = %e, "store unavailable")
             }
+            ApiError::LockLost => tracing::warn!(code = self.code(), "release lost its lock"),
             ApiError::Internal(detail) => {
                 tracing::error!(code = self.code(), detail, "internal error")
             }
@@ -75,8 +85,15 @@ impl ApiError {
 impl From<ReleaseError> for ApiError {
     fn from(e: ReleaseError) -> Self {
         match e {
-            ReleaseError::InFlight => ApiError::Conflict,
-            ReleaseError::Store(e) => ApiError::StoreUnavailable(e),
+            ReleaseError::InFlight {
+                holder,
+                retry_after,
+            } => ApiError::Conflict {
+                holder,
+                retry_after_secs: retry_after.as_millis().div_ceil(1000).max(1) as u64,
+            },
+            ReleaseError::LockLost => ApiError::LockLost,
+            ReleaseError::Store(e) => e.into(),
             ReleaseError::ShuttingDown => ApiError::ShuttingDown,
             ReleaseError::StoredResultUnreadable(detail) | ReleaseError::Internal(detail) => {
                 ApiError::Internal(detail)
@@ -87,7 +104,11 @@ impl From<ReleaseError> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        ApiError::StoreUnavailable(e)
+        if e.outcome_unknown {
+            ApiError::StoreOutcomeUnknown(e)
+        } else {
+            ApiError::StoreUnavailable(e)
+        }
     }
 }
 
@@ -98,12 +119,12 @@ impl ResponseError for ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Conflict => StatusCode::CONFLICT,
+            ApiError::Conflict { .. } | ApiError::LockLost => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::StoreUnavailable(_) | ApiError::ShuttingDown => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::StoreUnavailable(_)
+            | ApiError::StoreOutcomeUnknown(_)
+            | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -111,8 +132,19 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         self.log();
         let mut response = HttpResponse::build(self.status_code());
-        if matches!(self, ApiError::Unauthorized) {
-            response.insert_header(("WWW-Authenticate", "Bearer"));
+        match self {
+            ApiError::Unauthorized => {
+                response.insert_header(("WWW-Authenticate", "Bearer"));
+            }
+            ApiError::Conflict {
+                retry_after_secs, ..
+            } => {
+                response.insert_header(("Retry-After", retry_after_secs.to_string()));
+            }
+            ApiError::LockLost => {
+                response.insert_header(("Retry-After", "1"));
+            }
+            _ => {}
         }
         response.json(json!({"error": {"code": self.code(), "message": self.to_string()}}))
     }

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::Preflight;
+use super::{Begin, Commit, Committed, Watch, Watched};
 use crate::domain::invocation::RawRecord;
 
 #[derive(Debug, Default)]
@@ -45,11 +45,22 @@ impl MemoryStore {
         self.data().calls.insert(run.to_string(), calls);
     }
 
-    pub(super) fn preflight(&self, run: &str) -> Preflight {
-        let data = self.data();
-        Preflight {
-            stored_result: data.results.get(run).map(|(r, _)| r.clone()),
-            cancelled: data.cancelled.contains(run),
+    pub(super) fn begin(&self, run: &str, token: &str) -> Begin {
+        let mut data = self.data();
+        if let Some((result, _)) = data.results.get(run) {
+            return Begin::Stored(result.clone());
+        }
+        match data.locks.get(run) {
+            Some(holder) if holder != token => Begin::Locked {
+                token: holder.clone(),
+                remaining: std::time::Duration::ZERO,
+            },
+            _ => {
+                data.locks.insert(run.to_string(), token.to_string());
+                Begin::Taken {
+                    cancelled: data.cancelled.contains(run),
+                }
+            }
         }
     }
 
@@ -86,19 +97,43 @@ impl MemoryStore {
         self.data().results.get(run).map(|(_, a)| a.clone())
     }
 
-    pub(super) fn put_result(&self, run: &str, result: &str, audit: &str) {
-        self.data()
-            .results
-            .insert(run.to_string(), (result.to_string(), audit.to_string()));
+    pub(super) fn commit(&self, run: &str, token: &str, commit: &Commit) -> Committed {
+        let mut data = self.data();
+        let stored = data.results.get(run).map(|(r, _)| r.clone());
+        if data.locks.get(run).map(String::as_str) != Some(token) {
+            return Committed::LockLost { stored };
+        }
+        data.locks.remove(run);
+        if let Some(stored) = stored {
+            return Committed::AlreadyStored(stored);
+        }
+        let cancelled = data.cancelled.contains(run);
+        let (result, tail) = if cancelled {
+            (commit.cancelled_result, commit.cancelled_audit_tail)
+        } else {
+            (commit.result, commit.audit_tail)
+        };
+        let audit = format!("{}{tail}", commit.audit_head);
+        data.results
+            .insert(run.to_string(), (result.to_string(), audit));
+        if cancelled {
+            Committed::Cancelled
+        } else {
+            Committed::Decided
+        }
     }
 
-    pub(super) fn try_lock(&self, run: &str, token: &str) -> bool {
-        let mut data = self.data();
-        if data.locks.contains_key(run) {
-            return false;
-        }
-        data.locks.insert(run.to_string(), token.to_string());
-        true
+    pub(super) fn watch(&self, runs: &[Watched]) -> Vec<Watch> {
+        let data = self.data();
+        runs.iter()
+            .map(|run| Watch {
+                cancelled: data.cancelled.contains(&run.run_id),
+                renewed: run
+                    .renew
+                    .as_ref()
+                    .map(|token| data.locks.get(&run.run_id) == Some(token)),
+            })
+            .collect()
     }
 
     pub(super) fn unlock(&self, run: &str, token: &str) {

@@ -14,6 +14,20 @@ use std::time::Duration;
 pub use self::memory::MemoryStore;
 pub use self::redis::{CancelSubscription, RedisStore};
 
+/// The holder part of a lock token (`replica/random`), for the 409 message.
+pub fn lock_holder(token: &str) -> Option<&str> {
+    token
+        .rsplit_once('/')
+        .map(|(holder, _)| holder)
+        .filter(|h| !h.is_empty())
+}
+
+/// A fresh lock token for a release on `replica`: only its holder may renew or free the
+/// lock, and it says which replica holds the run.
+pub fn new_lock_token(replica: &str) -> String {
+    format!("{replica}/{:032x}", rand::random::<u128>())
+}
+
 use crate::domain::evidence_guard::RunEvidence;
 use crate::domain::invocation::RawRecord;
 
@@ -60,15 +74,80 @@ impl Keys {
 pub struct StoreError {
     pub op: &'static str,
     pub message: String,
+    /// A write that may have run before it failed (a timeout or dropped connection after
+    /// it was sent); false when nothing the caller relies on was done.
+    pub outcome_unknown: bool,
 }
 
-/// What a release needs to know before it starts.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Preflight {
-    /// The stored release result, as stored.
-    pub stored_result: Option<String>,
-    /// The durable cancel marker is present.
+impl StoreError {
+    pub fn unavailable(op: &'static str, message: String) -> StoreError {
+        StoreError {
+            op,
+            message,
+            outcome_unknown: false,
+        }
+    }
+
+    pub fn outcome_unknown(op: &'static str, message: String) -> StoreError {
+        StoreError {
+            op,
+            message,
+            outcome_unknown: true,
+        }
+    }
+}
+
+/// How the start of a release went ([`Store::begin`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Begin {
+    /// A result is stored: it is the answer, nothing else happens.
+    Stored(String),
+    /// Another release holds the run's lock (its token) for `remaining` more at most.
+    Locked { token: String, remaining: Duration },
+    /// This release holds the lock now; `cancelled` tells whether the marker is set.
+    Taken { cancelled: bool },
+}
+
+/// What a release stores in its fenced commit: the decided result and, for a cancel marker
+/// found at that moment, the CANCELLED one; the audit record is `audit_head` followed by the
+/// tail of whichever is stored.
+#[derive(Debug, Clone, Copy)]
+pub struct Commit<'a> {
+    pub result: &'a str,
+    pub audit_head: &'a str,
+    pub audit_tail: &'a str,
+    pub cancelled_result: &'a str,
+    pub cancelled_audit_tail: &'a str,
+}
+
+/// How a fenced commit ended ([`Store::commit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Committed {
+    /// The decided result is stored.
+    Decided,
+    /// The cancel marker was set: the CANCELLED result is stored instead.
+    Cancelled,
+    /// A result was already stored (it stands; it is the answer).
+    AlreadyStored(String),
+    /// The lock no longer holds this release's token: nothing was written. `stored` is the
+    /// result stored by whoever took over, if any.
+    LockLost { stored: Option<String> },
+}
+
+/// A run in flight on this replica, for [`Store::watch`]: its marker is checked, and its
+/// lease renewed when `renew` holds its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watched {
+    pub run_id: String,
+    pub renew: Option<String>,
+}
+
+/// What [`Store::watch`] found for one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watch {
     pub cancelled: bool,
+    /// Whether the lease was renewed (None: no renewal was asked); false = lost.
+    pub renewed: Option<bool>,
 }
 
 /// Ids that can name a record: blank ids never reach the store.
@@ -90,11 +169,17 @@ pub enum Store {
 }
 
 impl Store {
-    /// Stored result and cancel marker, in one round trip.
-    pub async fn preflight(&self, run: &str) -> Result<Preflight, StoreError> {
+    /// The start of a release, in one round trip: the stored result, or who holds the
+    /// run's lock, or the lock taken for `lease` with the cancel marker's state.
+    pub async fn begin(
+        &self,
+        run: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<Begin, StoreError> {
         match self {
-            Store::Memory(s) => Ok(s.preflight(run)),
-            Store::Redis(s) => s.preflight(run).await,
+            Store::Memory(s) => Ok(s.begin(run, token)),
+            Store::Redis(s) => s.begin(run, token, lease).await,
         }
     }
 
@@ -178,31 +263,31 @@ impl Store {
         }
     }
 
-    /// Stores the result and its audit record together (both or neither).
-    pub async fn put_result(&self, run: &str, result: &str, audit: &str) -> Result<(), StoreError> {
-        match self {
-            Store::Memory(s) => {
-                s.put_result(run, result, audit);
-                Ok(())
-            }
-            Store::Redis(s) => s.put_result(run, result, audit).await,
-        }
-    }
-
-    /// Takes the in-flight lock of a run for `ttl`; false if another release holds it.
-    pub async fn try_lock(
+    /// The fenced commit, one atomic step: while `token` still holds the run's lock and
+    /// nothing is stored, stores the result (CANCELLED if the marker is set) and its audit
+    /// record, and frees the lock.
+    pub async fn commit(
         &self,
         run: &str,
         token: &str,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
+        commit: &Commit<'_>,
+    ) -> Result<Committed, StoreError> {
         match self {
-            Store::Memory(s) => Ok(s.try_lock(run, token)),
-            Store::Redis(s) => s.try_lock(run, token, ttl).await,
+            Store::Memory(s) => Ok(s.commit(run, token, commit)),
+            Store::Redis(s) => s.commit(run, token, commit).await,
         }
     }
 
-    /// Frees the lock if `token` still holds it.
+    /// Checks the cancel markers of `runs` and renews the leases asked for, in one
+    /// pipelined round trip.
+    pub async fn watch(&self, runs: &[Watched], lease: Duration) -> Result<Vec<Watch>, StoreError> {
+        match self {
+            Store::Memory(s) => Ok(s.watch(runs)),
+            Store::Redis(s) => s.watch(runs, lease).await,
+        }
+    }
+
+    /// Frees the lock if `token` still holds it (after a failed commit or begin).
     pub async fn unlock(&self, run: &str, token: &str) -> Result<(), StoreError> {
         match self {
             Store::Memory(s) => {
