@@ -363,3 +363,37 @@ impl Audit {
         self.model_attempts.iter().map(|a| a.latency_ms).sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commit_parts_join_into_the_whole_record_for_either_ending() {
+        let mut audit = Audit::new("r-1", StopReason::FinalAnswer);
+        audit.verdict = Some(VerdictAudit::supported("fine".into()));
+        let end = AuditEnd::of(Outcome::Success, None, None);
+        let parts = audit.commit_json(&end);
+        let decided: serde_json::Value =
+            serde_json::from_str(&(parts.head.clone() + &parts.tail)).unwrap();
+        assert_eq!(decided["outcome"], "SUCCESS");
+        assert_eq!(decided["cancelled_by"], serde_json::Value::Null);
+        assert!(decided.get("superseded").is_none());
+        assert_eq!(decided["verdict"]["verdict"], "SUPPORTED");
+        assert_eq!(parts.head.clone() + &parts.tail, audit.to_json(&end));
+
+        let cancelled: serde_json::Value =
+            serde_json::from_str(&(parts.head + &parts.cancelled_tail)).unwrap();
+        assert_eq!(cancelled["outcome"], "CANCELLED");
+        assert_eq!(cancelled["fallback_type"], serde_json::Value::Null);
+        assert_eq!(cancelled["cancelled_by"], "marker");
+        assert_eq!(cancelled["superseded"]["outcome"], "SUCCESS");
+        assert_eq!(cancelled["run_id"], "r-1");
+    }
+
+    #[test]
+    fn a_cancelled_end_stays_as_it_is_at_the_commit() {
+        let end = AuditEnd::of(Outcome::Cancelled, None, Some(CancelSource::Http));
+        assert_eq!(end.cancelled_at_commit(), end);
+    }
+}

@@ -224,3 +224,151 @@ pub async fn error_code(response: reqwest::Response, status: u16) -> String {
     assert!(body["error"]["message"].is_string(), "{body}");
     body["error"]["code"].as_str().unwrap().to_string()
 }
+
+/// A redis-server owned by the test (killed on drop), separate from the suite's: for tests
+/// that stop, pause or cut it.
+pub struct OwnRedis {
+    pub port: u16,
+    child: std::process::Child,
+}
+
+impl OwnRedis {
+    pub fn start(port: u16) -> OwnRedis {
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/test.sh installs it)");
+        let redis = OwnRedis { port, child };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return redis;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not start on {port}");
+    }
+
+    pub fn start_any() -> OwnRedis {
+        OwnRedis::start(free_port())
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGSTOP: the server keeps its connections and answers nothing until `resume`.
+    pub fn pause(&self) {
+        signal(self.child.id(), "-STOP");
+    }
+
+    pub fn resume(&self) {
+        signal(self.child.id(), "-CONT");
+    }
+
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis reachable")
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends a signal (`-STOP`, `-CONT`, `-TERM`, `-KILL`) to a process.
+pub fn signal(pid: u32, which: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill {which} {pid}");
+}
+
+/// A TCP port that is free on 127.0.0.1 right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The real binary, `release-harness serve`, as its own process (killed on drop).
+pub struct Replica {
+    pub base: String,
+    pub child: std::process::Child,
+}
+
+impl Replica {
+    /// Starts `serve` on a free port against `redis` and `model` with key `prefix`, plus
+    /// `env` (HARNESS__... overrides), and waits until it is ready.
+    pub async fn start(prefix: &str, redis: &str, model: &str, env: &[(&str, &str)]) -> Replica {
+        let port = free_port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_release-harness"))
+            .arg("serve")
+            .env("HARNESS__SERVER__LISTEN", format!("127.0.0.1:{port}"))
+            .env("HARNESS__SERVER__API_TOKEN", TOKEN)
+            .env("HARNESS__SERVER__WORKERS", "1")
+            .env("HARNESS__REDIS__URL", redis)
+            .env("HARNESS__REDIS__KEY_PREFIX", prefix)
+            .env("HARNESS__MODEL__BASE_URL", model)
+            .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
+            .spawn()
+            .expect("the binary starts");
+        let replica = Replica {
+            base: format!("http://127.0.0.1:{port}"),
+            child,
+        };
+        let client = reqwest::Client::new();
+        for _ in 0..400 {
+            let ready = client
+                .get(format!("{}/readyz", replica.base))
+                .send()
+                .await
+                .map(|r| r.status().as_u16() == 200)
+                .unwrap_or(false);
+            if ready {
+                return replica;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the replica never became ready");
+    }
+
+    pub fn kill_9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -6,6 +6,7 @@
 mod common;
 
 mod cancel;
+mod faults;
 mod helpers;
 mod operations;
 mod redis_outage;

@@ -2,61 +2,11 @@
 //! route that needs it, nothing stored half-way, then recovery by itself, including the
 //! cancel subscription.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use redis::AsyncCommands;
 
 use crate::helpers::*;
-
-/// A redis-server owned by the test (killed on drop), separate from the suite's.
-struct OwnRedis {
-    port: u16,
-    child: Child,
-}
-
-impl OwnRedis {
-    fn start(port: u16) -> OwnRedis {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (scripts/test.sh installs it)");
-        let redis = OwnRedis { port, child };
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return redis;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not start on {port}");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn stop(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 async fn wait_ready(app: &TestApp, ready: bool) {
     for _ in 0..200 {
@@ -78,11 +28,7 @@ async fn wait_ready(app: &TestApp, ready: bool) {
 
 #[actix_rt::test]
 async fn redis_down_is_503_everywhere_then_the_service_recovers_by_itself() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let redis = OwnRedis::start(port);
     let mut hanging = HangingModel::start();
     let app = spawn_app(AppOptions {

@@ -356,6 +356,12 @@ async fn a_release_in_flight_answers_409() {
         Some(Event::Received)
     );
     let second = app.post_release(&run, &release_body(good_draft())).await;
+    let retry_after: u64 = second.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry_after >= 1, "Retry-After is whole seconds, at least 1");
     assert_eq!(error_code(second, 409).await, "release_in_flight");
     assert_eq!(app.cancel(&run).await.status().as_u16(), 202);
     let first = first.await.unwrap();

@@ -97,51 +97,17 @@ async fn the_binary_drains_and_exits_0_on_sigterm() {
         verdict("SUPPORTED", "ok").set_delay(Duration::from_millis(800)),
     )
     .await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let prefix = unique_prefix("binary");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_release-harness"))
-        .arg("serve")
-        .env("HARNESS__SERVER__LISTEN", format!("127.0.0.1:{port}"))
-        .env("HARNESS__SERVER__API_TOKEN", TOKEN)
-        .env("HARNESS__SERVER__WORKERS", "1")
-        .env("HARNESS__REDIS__URL", redis_url())
-        .env("HARNESS__REDIS__KEY_PREFIX", &prefix)
-        .env("HARNESS__MODEL__BASE_URL", server.uri())
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .expect("the binary starts");
-    let base = format!("http://127.0.0.1:{port}");
+    let mut replica = Replica::start(&prefix, &redis_url(), &server.uri(), &[]).await;
+    let base = replica.base.clone();
     let client = reqwest::Client::new();
-    let mut up = false;
-    for _ in 0..200 {
-        if client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .map(|r| r.status().as_u16() == 200)
-            .unwrap_or(false)
-        {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(up, "the service became ready");
 
     let run = unique_run("sigterm");
     let seeder = TestApp::seeder(&prefix);
     seeder.seed(&standard_invocations(&run)).await;
     let pending = release_in_background(&client, &base, &run);
     wait_for_model_request(&server).await;
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    signal(replica.child.id(), "-TERM");
     tokio::time::sleep(Duration::from_millis(100)).await;
     let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
     assert_eq!(
@@ -156,7 +122,7 @@ async fn the_binary_drains_and_exits_0_on_sigterm() {
         200,
         "the release in flight finished"
     );
-    let status = tokio::task::spawn_blocking(move || child.wait())
+    let status = tokio::task::spawn_blocking(move || replica.child.wait())
         .await
         .unwrap()
         .unwrap();
