@@ -34,15 +34,15 @@ pub const HTTP_REQUESTS_TOTAL: &str = "harness_http_requests_total";
 /// Every `op` label the stores use, so each series exists (at zero) from start-up.
 pub const STORE_OPS: [&str; 12] = [
     "connect",
-    "preflight",
+    "begin",
     "load_calls",
     "load_records",
     "cancel_marker",
     "cancel",
     "get_result",
     "get_audit",
-    "put_result",
-    "lock",
+    "commit",
+    "watch",
     "unlock",
     "ping",
 ];

@@ -32,7 +32,7 @@ pub enum ApiError {
     RequestTimeout,
     #[error("the store is unavailable; nothing was released or stored, and a retry is safe")]
     StoreUnavailable(#[source] StoreError),
-    #[error("the store failed while the result was being stored: it may or may not be stored; a retry is safe and answers the stored result if there is one")]
+    #[error("a store write was sent and then failed: it may or may not have taken effect; a retry is safe and answers the stored result if there is one")]
     StoreOutcomeUnknown(#[source] StoreError),
     #[error("the service is shutting down")]
     ShuttingDown,

@@ -81,9 +81,9 @@ fn json_body(text: String) -> HttpResponse {
         (status = 400, description = "Malformed body or run id", body = super::openapi::ErrorDoc),
         (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
         (status = 408, description = "The body did not arrive in time", body = super::openapi::ErrorDoc),
-        (status = 409, description = "A release of this run is in flight on some replica", body = super::openapi::ErrorDoc),
+        (status = 409, description = "`release_in_flight`: a release of this run holds its lock on some replica (the message names it); `lock_lost`: this release lost its lease before it could store. Both carry Retry-After (whole seconds, at least 1)", body = super::openapi::ErrorDoc),
         (status = 413, description = "Body over server.max_body_bytes", body = super::openapi::ErrorDoc),
-        (status = 503, description = "Redis unavailable (nothing released or stored) or shutting down", body = super::openapi::ErrorDoc),
+        (status = 503, description = "`store_unavailable`: Redis unavailable, nothing released or stored; `store_outcome_unknown`: the commit was sent and may have run; `shutting_down`. A retry is safe and answers the stored result if there is one", body = super::openapi::ErrorDoc),
     ),
     security(("bearer" = []))
 )]

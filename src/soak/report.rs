@@ -69,6 +69,11 @@ pub struct Report {
     pub outcomes: BTreeMap<String, u64>,
     pub scenarios: BTreeMap<String, u64>,
     pub violations: Vec<String>,
+    /// Requests sent again after a 409, a 503 or a transport error (`--chaos`).
+    pub retries: u64,
+    /// The store's integrity after a chaos run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub integrity: Option<super::chaos::Integrity>,
     pub runs_in_flight_after: Option<f64>,
     pub plot: String,
 }

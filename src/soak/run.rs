@@ -1,8 +1,11 @@
 //! `release-harness soak`: drives a harness at a fixed request rate with the scenario mix,
 //! seeding each run's records in Redis and serving the model itself, then checks the
 //! invariants and writes a report. By default it starts the harness in this process next
-//! to the configured Redis; with `--target` it drives one that is already running (which
-//! must use this command's fake model, see `--model-listen`).
+//! to the configured Redis; with `--target` it drives one or more that are already running
+//! (which must use this command's fake model, see `--model-listen`). With `--chaos` (the
+//! targets being killed, Redis paused and pub/sub cut by `scripts/chaos.sh`) every release
+//! is retried across the targets until answered, and the store's integrity is checked at
+//! the end ([`super::chaos`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -30,9 +33,20 @@ pub struct SoakArgs {
     /// At most this many releases in flight; a tick beyond it is counted as skipped.
     #[arg(long, default_value_t = 500)]
     pub max_in_flight: usize,
-    /// Drive an already running harness at this base URL instead of starting one.
+    /// Drive already running harness replicas at these base URLs (repeat the flag) instead
+    /// of starting one; requests go round-robin.
     #[arg(long)]
-    pub target: Option<String>,
+    pub target: Vec<String>,
+    /// Faults are being injected: retry every release (409 and 503 after Retry-After,
+    /// transport errors on the next target) until answered, then check that every answer
+    /// is what is stored, that no run cancelled before its request was released, and that
+    /// no lock is left behind.
+    #[arg(long)]
+    pub chaos: bool,
+    /// With `--chaos`: how long one release may take, retries included, before it counts
+    /// as lost.
+    #[arg(long, default_value_t = 60)]
+    pub retry_for: u64,
     /// Bearer token of the target harness.
     #[arg(long, default_value = "")]
     pub token: String,
@@ -63,18 +77,25 @@ pub struct SoakArgs {
 }
 
 /// What the request tasks share.
-struct Shared {
-    client: reqwest::Client,
-    base: String,
-    token: String,
-    prefix: String,
+pub(super) struct Shared {
+    pub(super) client: reqwest::Client,
+    /// The harness replicas' base URLs (one unless `--target` is repeated).
+    pub(super) targets: Vec<String>,
+    chaos: bool,
+    retry_for: Duration,
+    pub(super) token: String,
+    pub(super) prefix: String,
     /// Part of every run id, so that two soaks against one harness never share a run.
     session: String,
-    redis: redis::aio::MultiplexedConnection,
+    pub(super) redis: redis::aio::MultiplexedConnection,
     started: Instant,
     sent: AtomicU64,
     answered: AtomicU64,
     failures: AtomicU64,
+    /// Requests sent again (chaos): after a 409, a 503 or a transport error.
+    retries: AtomicU64,
+    /// Every 200 answer (chaos), checked against the store at the end.
+    pub(super) answers: Mutex<Vec<super::chaos::Answered>>,
     samples: Mutex<Vec<Sample>>,
     outcomes: Mutex<BTreeMap<String, u64>>,
     scenarios: Mutex<BTreeMap<String, u64>>,
@@ -82,7 +103,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn violation(&self, text: String) {
+    pub(super) fn violation(&self, text: String) {
         self.failures.fetch_add(1, Ordering::SeqCst);
         if let Ok(mut v) = self.violations.lock() {
             if v.len() < 200 {
@@ -92,11 +113,12 @@ impl Shared {
     }
 }
 
-async fn seed(shared: &Shared, plan: &RunPlan) -> Result<(), String> {
-    if plan.invocations.is_empty() {
-        return Ok(());
-    }
+async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), String> {
     let mut pipe = redis::pipe();
+    if plan.marker_before {
+        pipe.set(format!("{}:run:{{{run}}}:cancelled", shared.prefix), "1")
+            .ignore();
+    }
     for inv in &plan.invocations {
         let object = inv.as_object().ok_or("an invocation is not an object")?;
         let call = object["tool_call_id"].as_str().unwrap_or_default();
@@ -130,42 +152,26 @@ async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
     if let Ok(mut s) = shared.scenarios.lock() {
         *s.entry(scenario.name().into()).or_default() += 1;
     }
-    if let Err(e) = seed(&shared, &plan).await {
+    if let Err(e) = seed(&shared, &run, &plan).await {
         shared.violation(format!("{run}: seeding failed: {e}"));
         return;
     }
-    let url = format!("{}/v1/runs/{run}/release", shared.base);
     let began = Instant::now();
-    let request = shared
-        .client
-        .post(&url)
-        .bearer_auth(&shared.token)
-        .json(&plan.body)
-        .send();
     let canceller = plan.cancel_after.map(|after| {
         let shared = shared.clone();
         let run = run.clone();
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            let url = format!("{}/v1/runs/{run}/cancel", shared.base);
-            let _ = shared
-                .client
-                .post(url)
-                .bearer_auth(&shared.token)
-                .send()
-                .await;
+            cancel(&shared, &run, number).await;
         })
     });
-    let response = request.await;
+    let response = release(&shared, &run, number, &plan.body).await;
     let latency = began.elapsed();
     if let Some(c) = canceller {
         let _ = c.await;
     }
     let (status, text) = match response {
-        Ok(r) => {
-            let status = r.status().as_u16();
-            (status, r.text().await.unwrap_or_default())
-        }
+        Ok(answer) => answer,
         Err(e) => {
             shared.violation(format!("{run}: no answer: {e}"));
             return;
@@ -180,6 +186,15 @@ async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
         return;
     }
     let result: Value = serde_json::from_str(&text).unwrap_or_default();
+    if shared.chaos {
+        if let Ok(mut answers) = shared.answers.lock() {
+            answers.push(super::chaos::Answered {
+                run: run.clone(),
+                answer: result.clone(),
+                marker_before: plan.marker_before,
+            });
+        }
+    }
     let outcome = result["outcome"].as_str().unwrap_or("?").to_string();
     let fallback = result["fallback_type"].as_str();
     if (outcome.as_str(), fallback) != plan.expected {
@@ -201,7 +216,7 @@ async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
         };
         *o.entry(key).or_default() += 1;
     }
-    let audit_url = format!("{}/v1/runs/{run}/audit", shared.base);
+    let audit_url = format!("{}/v1/runs/{run}/audit", shared.target(number));
     let overhead_ms = match shared
         .client
         .get(audit_url)
@@ -222,6 +237,84 @@ async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
             latency_ms: latency.as_secs_f64() * 1000.0,
             overhead_ms,
         });
+    }
+}
+
+impl Shared {
+    /// The replica for request `number` (and its `attempt`-th retry).
+    fn target(&self, number: u64) -> &str {
+        &self.targets[(number as usize) % self.targets.len()]
+    }
+
+    /// Whether a release that began at `began` may still be retried.
+    fn may_retry(&self, began: Instant) -> bool {
+        self.chaos && began.elapsed() < self.retry_for
+    }
+}
+
+/// How long to wait before a retry: the answer's Retry-After, else 200 ms.
+fn retry_delay(response: &reqwest::Response) -> Duration {
+    response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_millis(200))
+}
+
+/// Sends the release; with `--chaos`, again on the next replica after a transport error
+/// and after Retry-After on a 409 or 503, until answered otherwise or out of time.
+async fn release(
+    shared: &Shared,
+    run: &str,
+    number: u64,
+    body: &Value,
+) -> Result<(u16, String), String> {
+    let began = Instant::now();
+    let mut attempt = 0u64;
+    loop {
+        let url = format!("{}/v1/runs/{run}/release", shared.target(number + attempt));
+        attempt += 1;
+        let sent = shared
+            .client
+            .post(&url)
+            .bearer_auth(&shared.token)
+            .json(body)
+            .send()
+            .await;
+        let wait = match sent {
+            Ok(r) if [409, 503].contains(&r.status().as_u16()) && shared.may_retry(began) => {
+                retry_delay(&r)
+            }
+            Ok(r) => {
+                let status = r.status().as_u16();
+                return Ok((status, r.text().await.unwrap_or_default()));
+            }
+            Err(_) if shared.may_retry(began) => Duration::from_millis(200),
+            Err(e) => return Err(e.to_string()),
+        };
+        shared.retries.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Cancels the run; with `--chaos`, on the next replica until one answers 202.
+async fn cancel(shared: &Shared, run: &str, number: u64) {
+    let began = Instant::now();
+    let mut attempt = 0u64;
+    loop {
+        let url = format!("{}/v1/runs/{run}/cancel", shared.target(number + attempt));
+        attempt += 1;
+        let sent = shared
+            .client
+            .post(url)
+            .bearer_auth(&shared.token)
+            .send()
+            .await;
+        if matches!(&sent, Ok(r) if r.status().as_u16() == 202) || !shared.may_retry(began) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -263,20 +356,20 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
     .map_err(|e| format!("cannot start the fake model: {e}"))?;
     eprintln!("fake model at {}", model.url);
 
-    let (base, token, prefix, app_shutdown) = match &args.target {
-        Some(target) => {
+    let (targets, token, prefix, app_shutdown) = match args.target.is_empty() {
+        false => {
             let prefix = args
                 .key_prefix
                 .clone()
                 .unwrap_or_else(|| config.redis.key_prefix.clone());
-            (
-                target.trim_end_matches('/').to_string(),
-                args.token.clone(),
-                prefix,
-                None,
-            )
+            let targets = args
+                .target
+                .iter()
+                .map(|t| t.trim_end_matches('/').to_string())
+                .collect();
+            (targets, args.token.clone(), prefix, None)
         }
-        None => {
+        true => {
             let prefix = format!(
                 "soak-{}-{}",
                 std::process::id(),
@@ -297,7 +390,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
             let shutdown = app.shutdown_handle();
             actix_rt::spawn(app.run_until_stopped());
             eprintln!("harness at {base} (key prefix {prefix})");
-            (base, "soak-token".to_string(), prefix, Some(shutdown))
+            (vec![base], "soak-token".to_string(), prefix, Some(shutdown))
         }
     };
     let redis = redis::Client::open(config.redis.url.as_str())
@@ -312,7 +405,9 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         .map_err(|e| e.to_string())?;
     let shared = Arc::new(Shared {
         client: client.clone(),
-        base: base.clone(),
+        targets: targets.clone(),
+        chaos: args.chaos,
+        retry_for: Duration::from_secs(args.retry_for),
         token,
         prefix,
         session: format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp()),
@@ -321,6 +416,8 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         sent: AtomicU64::new(0),
         answered: AtomicU64::new(0),
         failures: AtomicU64::new(0),
+        retries: AtomicU64::new(0),
+        answers: Mutex::new(Vec::new()),
         samples: Mutex::new(Vec::new()),
         outcomes: Mutex::new(BTreeMap::new()),
         scenarios: Mutex::new(BTreeMap::new()),
@@ -378,9 +475,10 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
             last_second = second;
             let answered = shared.answered.load(Ordering::SeqCst);
             let message = format!(
-                "{:.1} req/s | answered {answered} | failures {} | in flight {}",
+                "{:.1} req/s | answered {answered} | failures {} | retries {} | in flight {}",
                 answered as f64 / shared.started.elapsed().as_secs_f64(),
                 shared.failures.load(Ordering::SeqCst),
+                shared.retries.load(Ordering::SeqCst),
                 tasks.len()
             );
             bar.set_position(second.min(args.duration));
@@ -391,7 +489,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         }
     }
     bar.finish_with_message("sending done; waiting for the last answers");
-    let drain = tokio::time::timeout(Duration::from_secs(60), async {
+    let drain = tokio::time::timeout(Duration::from_secs(60 + args.retry_for), async {
         while tasks.join_next().await.is_some() {}
     })
     .await;
@@ -400,13 +498,23 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
     }
     let elapsed = shared.started.elapsed().as_secs_f64();
 
-    let mut in_flight_after = runs_in_flight(&client, &base).await;
+    let in_flight_everywhere = || async {
+        let mut total = Some(0.0);
+        for base in &targets {
+            total = match (total, runs_in_flight(&client, base).await) {
+                (Some(t), Some(n)) => Some(t + n),
+                _ => None,
+            };
+        }
+        total
+    };
+    let mut in_flight_after = in_flight_everywhere().await;
     for _ in 0..50 {
         if in_flight_after == Some(0.0) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        in_flight_after = runs_in_flight(&client, &base).await;
+        in_flight_after = in_flight_everywhere().await;
     }
     if in_flight_after != Some(0.0) {
         shared.violation(format!(
@@ -418,6 +526,12 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
     if sent != answered {
         shared.violation(format!("{sent} requests sent but {answered} answered"));
     }
+    let integrity = match args.chaos {
+        true => Some(
+            super::chaos::check(&shared, Duration::from_millis(config.redis.lock_lease_ms)).await,
+        ),
+        false => None,
+    };
     sampler.abort();
     if let Some(rss) = rss_kb(pid) {
         if let Ok(mut series) = rss_series.lock() {
@@ -477,6 +591,8 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
             .map(|s| s.clone())
             .unwrap_or_default(),
         violations,
+        retries: shared.retries.load(Ordering::SeqCst),
+        integrity,
         runs_in_flight_after: in_flight_after,
         plot: plot_path.display().to_string(),
     };

@@ -24,11 +24,14 @@ pub enum Scenario {
     ControlledStop,
     InvalidDraft,
     CancelledMidCall,
+    /// The agent's tool layer set the cancel marker before the release was asked for (no
+    /// publish): the release must be CANCELLED, never SUCCESS.
+    CancelledBefore,
     JudgeTimesOut,
 }
 
 /// Scenarios and their relative weights in the mix.
-pub const MIX: [(Scenario, u32); 16] = [
+pub const MIX: [(Scenario, u32); 17] = [
     (Scenario::Supported, 25),
     (Scenario::Unsupported, 8),
     (Scenario::Unavailable, 5),
@@ -44,6 +47,7 @@ pub const MIX: [(Scenario, u32); 16] = [
     (Scenario::ControlledStop, 6),
     (Scenario::InvalidDraft, 4),
     (Scenario::CancelledMidCall, 4),
+    (Scenario::CancelledBefore, 3),
     (Scenario::JudgeTimesOut, 2),
 ];
 
@@ -66,6 +70,8 @@ pub struct RunPlan {
     pub invocations: Vec<Value>,
     pub body: Value,
     pub cancel_after: Option<Duration>,
+    /// Set the run's cancel marker directly in Redis (no publish) before the request.
+    pub marker_before: bool,
     /// `outcome` and `fallback_type` (None for SUCCESS and CANCELLED).
     pub expected: (&'static str, Option<&'static str>),
 }
@@ -88,6 +94,7 @@ impl Scenario {
             Scenario::ControlledStop => "controlled_stop",
             Scenario::InvalidDraft => "invalid_draft",
             Scenario::CancelledMidCall => "cancelled_mid_call",
+            Scenario::CancelledBefore => "cancelled_before",
             Scenario::JudgeTimesOut => "judge_times_out",
         }
     }
@@ -185,6 +192,7 @@ impl Scenario {
                 cancel_after = Some(Duration::from_millis(300));
                 (release(with("[judge:hang]"), draft), ("CANCELLED", None))
             }
+            Scenario::CancelledBefore => (release(QUERY.into(), draft), ("CANCELLED", None)),
             Scenario::JudgeTimesOut => (
                 release(with("[judge:hang]"), draft),
                 ("FALLBACK", Some("SEMANTIC_UNAVAILABLE")),
@@ -195,6 +203,7 @@ impl Scenario {
             invocations,
             body,
             cancel_after,
+            marker_before: self == Scenario::CancelledBefore,
             expected,
         }
     }

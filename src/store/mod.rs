@@ -59,7 +59,8 @@ impl Keys {
     pub fn audit(&self, run: &str) -> String {
         format!("{}:release:{{{run}}}:audit", self.prefix)
     }
-    /// The in-flight lock (`SET NX PX`); not part of the contract's table, same slot.
+    /// The in-flight lock (a lease holding its release's token, taken by the begin script);
+    /// not part of the contract's table, same slot.
     pub fn lock(&self, run: &str) -> String {
         format!("{}:release:{{{run}}}:lock", self.prefix)
     }
