@@ -42,6 +42,7 @@ pub struct Config {
     pub progress: ProgressConfig,
     pub snapshot: SnapshotConfig,
     pub cancel: CancelConfig,
+    pub evidence: EvidenceConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -182,6 +183,25 @@ pub struct SnapshotConfig {
     pub max_rows_per_call: usize,
 }
 
+/// Limits on the agent's records (untrusted input) and on what the harness copies from them
+/// into a result. Every limit fails closed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceConfig {
+    /// Largest total of the guard's fields of one record, in bytes; larger = unusable call.
+    pub max_record_bytes: u64,
+    /// Largest total of record fields loaded for one release, in bytes (cited records first,
+    /// then the most recent calls); records past it are unusable calls.
+    pub max_release_bytes: u64,
+    /// Longest string copied from a record into a result or the snapshot, in bytes once
+    /// written as JSON; longer strings are cut and marked.
+    pub max_string_bytes: usize,
+    /// Most entries kept of one array or object inside a scope.
+    pub max_scope_items: usize,
+    /// Largest JSON size of `verified_sources`, and of `observed_facts`, in one result.
+    pub max_written_bytes: usize,
+}
+
 /// A configuration that cannot be used, with the key at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -278,7 +298,21 @@ impl Config {
             return invalid("model.api_key", "must be printable ASCII without spaces");
         }
         let sg = &self.semantic_guard;
-        let must_be_positive: [(&'static str, u64); 19] = [
+        let must_be_positive: [(&'static str, u64); 24] = [
+            ("evidence.max_record_bytes", self.evidence.max_record_bytes),
+            ("evidence.max_release_bytes", self.evidence.max_release_bytes),
+            (
+                "evidence.max_string_bytes",
+                self.evidence.max_string_bytes as u64,
+            ),
+            (
+                "evidence.max_scope_items",
+                self.evidence.max_scope_items as u64,
+            ),
+            (
+                "evidence.max_written_bytes",
+                self.evidence.max_written_bytes as u64,
+            ),
             ("redis.lock_lease_ms", self.redis.lock_lease_ms),
             ("cancel.poll_interval_ms", self.cancel.poll_interval_ms),
             ("server.max_body_bytes", self.server.max_body_bytes as u64),
