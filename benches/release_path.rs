@@ -192,6 +192,7 @@ fn fixture() -> (Draft, RunEvidence) {
         run_id: RUN.into(),
         calls,
         records,
+        ..RunEvidence::default()
     };
     (draft, evidence)
 }

@@ -423,8 +423,13 @@ mod tests {
 
     fn store_calls(store: &MemoryStore, run: &str) -> Vec<String> {
         let s = Store::Memory(store.clone());
-        futures::executor::block_on(s.load_evidence(run, &[], 100))
-            .unwrap()
-            .calls
+        futures::executor::block_on(s.load_evidence(
+            run,
+            &[],
+            100,
+            crate::config::Config::defaults().record_limits(),
+        ))
+        .unwrap()
+        .calls
     }
 }

@@ -300,7 +300,10 @@ impl Config {
         let sg = &self.semantic_guard;
         let must_be_positive: [(&'static str, u64); 24] = [
             ("evidence.max_record_bytes", self.evidence.max_record_bytes),
-            ("evidence.max_release_bytes", self.evidence.max_release_bytes),
+            (
+                "evidence.max_release_bytes",
+                self.evidence.max_release_bytes,
+            ),
             (
                 "evidence.max_string_bytes",
                 self.evidence.max_string_bytes as u64,
@@ -385,6 +388,13 @@ impl Config {
                 max_rows_per_call: self.snapshot.max_rows_per_call,
             },
             max_facts: self.progress.max_facts,
+        }
+    }
+
+    pub fn record_limits(&self) -> crate::store::RecordLimits {
+        crate::store::RecordLimits {
+            max_record_bytes: self.evidence.max_record_bytes,
+            max_release_bytes: self.evidence.max_release_bytes,
         }
     }
 

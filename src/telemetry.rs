@@ -28,6 +28,17 @@ pub const GUARD_VIOLATIONS_TOTAL: &str = "harness_guard_violations_total";
 pub const RUNS_IN_FLIGHT: &str = "harness_runs_in_flight";
 pub const CANCELLATIONS_TOTAL: &str = "harness_cancellations_total";
 pub const STORE_ERRORS_TOTAL: &str = "harness_store_errors_total";
+pub const BAD_RECORDS_TOTAL: &str = "harness_bad_records_total";
+
+/// Every `reason` of `harness_bad_records_total` (the agent's data, not Redis failures).
+pub const BAD_RECORD_REASONS: [&str; 6] = [
+    "not_utf8",
+    "wrong_type",
+    "too_large",
+    "over_budget",
+    "calls_wrong_type",
+    "other",
+];
 pub const READY: &str = "harness_ready";
 pub const HTTP_REQUESTS_TOTAL: &str = "harness_http_requests_total";
 
@@ -100,6 +111,11 @@ pub fn describe_metrics() {
         Unit::Count,
         "Failed Redis operations, by operation."
     );
+    describe_counter!(
+        BAD_RECORDS_TOTAL,
+        Unit::Count,
+        "Agent records (or calls lists) that could not be used as stored: not UTF-8, wrong Redis type, over a size limit. The agent's data, not Redis failures."
+    );
     describe_gauge!(
         READY,
         Unit::Count,
@@ -134,6 +150,9 @@ pub fn describe_metrics() {
     }
     for op in STORE_OPS.iter().chain([&STORE_OPS_SUBSCRIBE]) {
         counter!(STORE_ERRORS_TOTAL, "op" => *op).absolute(0);
+    }
+    for reason in BAD_RECORD_REASONS {
+        counter!(BAD_RECORDS_TOTAL, "reason" => reason).absolute(0);
     }
     gauge!(RUNS_IN_FLIGHT).set(0.0);
 }
@@ -251,6 +270,10 @@ pub fn cancelled(source: CancelSource) {
 
 pub fn store_error(op: &'static str) {
     counter!(STORE_ERRORS_TOTAL, "op" => op).increment(1);
+}
+
+pub fn bad_record(reason: &'static str) {
+    counter!(BAD_RECORDS_TOTAL, "reason" => reason).increment(1);
 }
 
 pub fn ready(is_ready: bool) {

@@ -863,6 +863,7 @@ prop_compose! {
                 run_id: run_id.clone(),
                 calls: calls.into_iter().map(|(_, id)| id).collect(),
                 records,
+                ..RunEvidence::default()
             },
             run_id,
             query,
@@ -990,6 +991,7 @@ fn generated_records_are_canonical() {
                 run_id: "r-1".into(),
                 calls: vec!["c-1".into()],
                 records: HashMap::from([("c-1".to_string(), rec)]),
+                ..RunEvidence::default()
             };
             let run = evidence.resolve(&[]);
             assert!(

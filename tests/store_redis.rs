@@ -12,7 +12,7 @@ use common::{redis_url, unique_prefix};
 use redis::AsyncCommands;
 use release_harness::config::Config;
 use release_harness::store::{
-    Begin, Commit, Committed, MemoryStore, RedisStore, Store, Watch, Watched,
+    Begin, Commit, Committed, MemoryStore, RecordLimits, RedisStore, Store, Watch, Watched,
 };
 
 fn config(prefix: &str) -> Config {
@@ -73,7 +73,12 @@ async fn records_are_read_under_the_contract_keys_in_one_pipeline() {
         .unwrap();
 
     let evidence = store
-        .load_evidence("r-42", &["c-9".into(), "c-ghost".into(), " ".into()], 1000)
+        .load_evidence(
+            "r-42",
+            &["c-9".into(), "c-ghost".into(), " ".into()],
+            1000,
+            LIMITS,
+        )
         .await
         .unwrap();
     assert_eq!(evidence.calls, vec!["c-1", "c-2", "c-3"]);
@@ -86,7 +91,7 @@ async fn records_are_read_under_the_contract_keys_in_one_pipeline() {
     );
     assert_eq!(evidence.records["c-9"]["lifecycle"], "READY");
 
-    let recent = store.load_evidence("r-42", &[], 2).await.unwrap();
+    let recent = store.load_evidence("r-42", &[], 2, LIMITS).await.unwrap();
     assert_eq!(
         recent.calls,
         vec!["c-2", "c-3"],
@@ -95,7 +100,7 @@ async fn records_are_read_under_the_contract_keys_in_one_pipeline() {
 
     let mut more = recent.clone();
     store
-        .complete_evidence(&mut more, &["c-1".into()])
+        .complete_evidence(&mut more, &["c-1".into()], LIMITS)
         .await
         .unwrap();
     assert!(more.records.contains_key("c-1"));
@@ -113,7 +118,7 @@ async fn the_harness_never_writes_the_agents_keys() {
         .unwrap();
     let before: BTreeMap<String, String> = conn.hgetall(&key).await.unwrap();
     store
-        .load_evidence("r-1", &["c-1".into()], 10)
+        .load_evidence("r-1", &["c-1".into()], 10, LIMITS)
         .await
         .unwrap();
     let after: BTreeMap<String, String> = conn.hgetall(&key).await.unwrap();
@@ -141,6 +146,11 @@ fn stores(prefix: &str) -> [Store; 2] {
 }
 
 const LEASE: Duration = Duration::from_secs(30);
+
+const LIMITS: RecordLimits = RecordLimits {
+    max_record_bytes: 262_144,
+    max_release_bytes: 4_194_304,
+};
 
 #[actix_rt::test]
 async fn the_fenced_commit_stores_result_and_audit_together_with_a_ttl_and_frees_the_lock() {
@@ -367,5 +377,142 @@ async fn an_unreachable_redis_is_a_typed_error_not_a_hang() {
     let err = store.get_result("r-1").await.unwrap_err();
     assert_eq!(err.op, "get_result");
     assert!(store.ping().await.is_err());
-    assert!(store.load_evidence("r-1", &[], 10).await.is_err());
+    assert!(store.load_evidence("r-1", &[], 10, LIMITS).await.is_err());
+}
+
+#[actix_rt::test]
+async fn hostile_records_are_unusable_calls_with_a_rule_never_store_errors() {
+    let prefix = unique_prefix("hostile");
+    let store = Store::Redis(RedisStore::new(&config(&prefix).redis).unwrap());
+    let mut conn = raw().await;
+    let key = |call: &str| format!("{prefix}:run:{{r-1}}:call:{call}");
+    // c-ok has a non-UTF-8 raw_response, which the harness never reads.
+    let mut ok = record("r-1", "c-ok");
+    ok.retain(|(k, _)| *k != "raw_response");
+    let _: () = conn.hset_multiple(key("c-ok"), &ok).await.unwrap();
+    let _: () = conn
+        .hset(key("c-ok"), "raw_response", vec![0xffu8, 0xfe, b'x'])
+        .await
+        .unwrap();
+    // c-bin has a non-UTF-8 byte in a field the guard reads.
+    let _: () = conn
+        .hset_multiple(key("c-bin"), &record("r-1", "c-bin"))
+        .await
+        .unwrap();
+    let _: () = conn
+        .hset(key("c-bin"), "agent_result", vec![b'{', 0xc3, b'}'])
+        .await
+        .unwrap();
+    // c-str is a STRING, c-list a LIST.
+    let _: () = conn.set(key("c-str"), "not a hash").await.unwrap();
+    let _: () = conn.rpush(key("c-list"), "x").await.unwrap();
+    // c-big's agent_result is over the record limit.
+    let _: () = conn
+        .hset_multiple(key("c-big"), &record("r-1", "c-big"))
+        .await
+        .unwrap();
+    let _: () = conn
+        .hset(key("c-big"), "agent_result", "x".repeat(300_000))
+        .await
+        .unwrap();
+    let cited: Vec<String> = ["c-ok", "c-bin", "c-str", "c-list", "c-big", "c-none"]
+        .map(String::from)
+        .to_vec();
+    let evidence = store
+        .load_evidence("r-1", &cited, 10, LIMITS)
+        .await
+        .unwrap();
+    assert!(evidence.records.contains_key("c-ok"));
+    assert!(!evidence.records["c-ok"].contains_key("raw_response"));
+    let rule = |id: &str| evidence.unreadable[id].rule.as_str();
+    assert_eq!(rule("c-bin"), "record_not_utf8");
+    assert_eq!(rule("c-str"), "record_wrong_type");
+    assert_eq!(rule("c-list"), "record_wrong_type");
+    assert_eq!(rule("c-big"), "record_too_large");
+    assert!(!evidence.unreadable.contains_key("c-none"));
+    let resolved = evidence.resolve(&cited);
+    assert_eq!(resolved.rejected["c-bin"].rule.as_str(), "record_not_utf8");
+    assert_eq!(resolved.rejected["c-none"].rule.as_str(), "call_missing");
+}
+
+#[actix_rt::test]
+async fn the_release_budget_bounds_what_is_loaded_cited_records_first() {
+    let prefix = unique_prefix("budget");
+    let store = Store::Redis(RedisStore::new(&config(&prefix).redis).unwrap());
+    let mut conn = raw().await;
+    let calls: Vec<String> = (0..10).map(|i| format!("c-{i}")).collect();
+    for call in &calls {
+        let _: () = conn
+            .hset_multiple(
+                format!("{prefix}:run:{{r-2}}:call:{call}"),
+                &record("r-2", call),
+            )
+            .await
+            .unwrap();
+        let _: () = conn
+            .hset(
+                format!("{prefix}:run:{{r-2}}:call:{call}"),
+                "agent_result",
+                "y".repeat(1_000),
+            )
+            .await
+            .unwrap();
+    }
+    let _: () = conn
+        .rpush(format!("{prefix}:run:{{r-2}}:calls"), &calls)
+        .await
+        .unwrap();
+    // Room for three records: the cited one, then the two most recent calls.
+    let limits = RecordLimits {
+        max_record_bytes: 10_000,
+        max_release_bytes: 3_200,
+    };
+    let evidence = store
+        .load_evidence("r-2", &["c-0".into()], 100, limits)
+        .await
+        .unwrap();
+    let mut loaded: Vec<_> = evidence.records.keys().cloned().collect();
+    loaded.sort();
+    assert_eq!(loaded, vec!["c-0", "c-8", "c-9"]);
+    assert_eq!(evidence.unreadable.len(), 7);
+    assert!(evidence
+        .unreadable
+        .values()
+        .all(|r| r.rule.as_str() == "record_over_budget"));
+    assert!(evidence.loaded_bytes <= 3_200);
+}
+
+#[actix_rt::test]
+async fn a_calls_key_of_the_wrong_type_makes_every_call_unusable() {
+    let prefix = unique_prefix("calls-type");
+    let store = Store::Redis(RedisStore::new(&config(&prefix).redis).unwrap());
+    let mut conn = raw().await;
+    let _: () = conn
+        .set(format!("{prefix}:run:{{r-3}}:calls"), "c-1")
+        .await
+        .unwrap();
+    let _: () = conn
+        .hset_multiple(
+            format!("{prefix}:run:{{r-3}}:call:c-1"),
+            &record("r-3", "c-1"),
+        )
+        .await
+        .unwrap();
+    let evidence = store
+        .load_evidence("r-3", &["c-1".into()], 10, LIMITS)
+        .await
+        .unwrap();
+    assert!(evidence.calls.is_empty());
+    let resolved = evidence.resolve(&["c-1".into()]);
+    assert_eq!(resolved.rejected["c-1"].rule.as_str(), "calls_wrong_type");
+    // An over-long id in a calls list is left out, not looked up.
+    let _: () = conn
+        .rpush(
+            format!("{prefix}:run:{{r-4}}:calls"),
+            &["c-1".to_string(), "z".repeat(10_000)],
+        )
+        .await
+        .unwrap();
+    let evidence = store.load_evidence("r-4", &[], 10, LIMITS).await.unwrap();
+    assert_eq!(evidence.calls, vec!["c-1"]);
 }

@@ -609,7 +609,12 @@ async fn pipeline(
         _ => Vec::new(),
     };
     let mut evidence = store
-        .load_evidence(run_id, &cited, config.progress.max_calls)
+        .load_evidence(
+            run_id,
+            &cited,
+            config.progress.max_calls,
+            config.record_limits(),
+        )
         .await?;
     let policy = config.release_policy();
     let Checked { step, notes } = evidence_guard
@@ -657,7 +662,11 @@ async fn pipeline(
                 };
                 if let Ok(candidate) = &candidate {
                     store
-                        .complete_evidence(&mut evidence, &candidate.cited_call_ids())
+                        .complete_evidence(
+                            &mut evidence,
+                            &candidate.cited_call_ids(),
+                            config.record_limits(),
+                        )
                         .await?;
                 }
                 let Checked { step, notes } = evidence_guard

@@ -37,10 +37,15 @@ pub enum Rule {
     ProjectionStatusMismatch,
     EvidenceStatusInconsistent,
     KindEvidenceMismatch,
+    RecordNotUtf8,
+    RecordWrongType,
+    RecordTooLarge,
+    RecordOverBudget,
+    CallsWrongType,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 21] = [
+    pub const ALL: [Rule; 26] = [
         Rule::AnalysisIdBlank,
         Rule::AnalysisIdDuplicate,
         Rule::AnalysisKindUnsupported,
@@ -62,6 +67,11 @@ impl Rule {
         Rule::ProjectionStatusMismatch,
         Rule::EvidenceStatusInconsistent,
         Rule::KindEvidenceMismatch,
+        Rule::RecordNotUtf8,
+        Rule::RecordWrongType,
+        Rule::RecordTooLarge,
+        Rule::RecordOverBudget,
+        Rule::CallsWrongType,
     ];
 
     /// The rule's name: a metric label and the word operators see in the audit.
@@ -88,6 +98,11 @@ impl Rule {
             Rule::ProjectionStatusMismatch => "projection_status_mismatch",
             Rule::EvidenceStatusInconsistent => "evidence_status_inconsistent",
             Rule::KindEvidenceMismatch => "kind_evidence_mismatch",
+            Rule::RecordNotUtf8 => "record_not_utf8",
+            Rule::RecordWrongType => "record_wrong_type",
+            Rule::RecordTooLarge => "record_too_large",
+            Rule::RecordOverBudget => "record_over_budget",
+            Rule::CallsWrongType => "calls_wrong_type",
         }
     }
 }
@@ -111,6 +126,13 @@ pub struct RunEvidence {
     pub calls: Vec<String>,
     /// Records by call id (the calls list and every id the Draft cites); absent = no record.
     pub records: HashMap<String, RawRecord>,
+    /// Records the store found but could not read as fields (wrong Redis type, not UTF-8,
+    /// over a size limit): each is an unusable call with its rule.
+    pub unreadable: HashMap<String, CallRejection>,
+    /// The calls list itself is unusable (not a LIST): every call of the run is unusable.
+    pub calls_unreadable: Option<CallRejection>,
+    /// Bytes of record fields loaded so far (bounded by `evidence.max_release_bytes`).
+    pub loaded_bytes: u64,
 }
 
 /// Every loaded record judged once: usable calls and rejections by call id.
@@ -135,6 +157,14 @@ impl RunEvidence {
                 || resolved.usable.contains_key(id)
                 || resolved.rejected.contains_key(id)
             {
+                continue;
+            }
+            let unreadable = self
+                .calls_unreadable
+                .as_ref()
+                .or_else(|| self.unreadable.get(id));
+            if let Some(rejection) = unreadable {
+                resolved.rejected.insert(id.clone(), rejection.clone());
                 continue;
             }
             match resolve_call(&self.run_id, id, self.records.get(id)) {
@@ -386,6 +416,7 @@ pub(crate) mod tests {
             run_id: "r".into(),
             calls: vec!["c-log".into(), "c-sql".into(), "c-rag".into()],
             records,
+            ..RunEvidence::default()
         }
     }
 

@@ -13,8 +13,25 @@ use serde_json::Value;
 
 use super::evidence_guard::Rule;
 
-/// The HASH fields of one canonical invocation record, exactly as stored (all strings).
+/// The HASH fields of one canonical invocation record that the guard reads, as stored
+/// (decoded as UTF-8 by the store; a record that is not is unusable before it gets here).
 pub type RawRecord = BTreeMap<String, String>;
+
+/// The only fields of a record the harness reads (never `raw_response`).
+pub const RECORD_FIELDS: [&str; 7] = [
+    "run_id",
+    "tool_call_id",
+    "tool_name",
+    "lifecycle",
+    "evidence_status",
+    "agent_result",
+    "finished_at",
+];
+
+/// Longest call id the harness looks up or reads from a calls list, in bytes; longer ones
+/// cannot name a record (run ids are at most 128 characters; call ids get the same room
+/// twice over).
+pub const MAX_CALL_ID_BYTES: usize = 256;
 
 /// The tools whose projections the harness understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -253,7 +270,7 @@ pub struct CallRejection {
 }
 
 impl CallRejection {
-    fn new(rule: Rule, detail: impl Into<String>) -> Self {
+    pub fn new(rule: Rule, detail: impl Into<String>) -> Self {
         CallRejection {
             rule,
             detail: detail.into(),

@@ -3,8 +3,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{Begin, Commit, Committed, Watch, Watched};
-use crate::domain::invocation::RawRecord;
+use super::{Begin, CallsList, Commit, Committed, LoadedRecords, Watch, Watched};
+use crate::domain::evidence_guard::Rule;
+use crate::domain::invocation::{CallRejection, RawRecord, MAX_CALL_ID_BYTES, RECORD_FIELDS};
 
 #[derive(Debug, Default)]
 struct Data {
@@ -64,21 +65,59 @@ impl MemoryStore {
         }
     }
 
-    pub(super) fn calls(&self, run: &str, max_calls: usize) -> Vec<String> {
+    pub(super) fn calls(&self, run: &str, max_calls: usize) -> CallsList {
         let data = self.data();
         let calls = data.calls.get(run).map(Vec::as_slice).unwrap_or_default();
-        calls[calls.len().saturating_sub(max_calls)..].to_vec()
+        CallsList::Ids(
+            calls[calls.len().saturating_sub(max_calls.max(1))..]
+                .iter()
+                .filter(|id| !id.is_empty() && id.len() <= MAX_CALL_ID_BYTES)
+                .cloned()
+                .collect(),
+        )
     }
 
-    pub(super) fn records(&self, run: &str, ids: &[String]) -> HashMap<String, RawRecord> {
+    /// The guard's fields of each record, within the same limits as the Redis store.
+    pub(super) fn records(
+        &self,
+        run: &str,
+        ids: &[String],
+        max_record_bytes: u64,
+        mut budget: u64,
+    ) -> LoadedRecords {
         let data = self.data();
-        ids.iter()
-            .filter_map(|id| {
-                data.records
-                    .get(&(run.to_string(), id.clone()))
-                    .map(|r| (id.clone(), r.clone()))
-            })
-            .collect()
+        let mut loaded = LoadedRecords::default();
+        for id in ids {
+            let Some(stored) = data.records.get(&(run.to_string(), id.clone())) else {
+                continue;
+            };
+            let record: RawRecord = RECORD_FIELDS
+                .iter()
+                .filter_map(|f| stored.get(*f).map(|v| ((*f).to_string(), v.clone())))
+                .collect();
+            let size: u64 = record.values().map(|v| v.len() as u64).sum();
+            if size > max_record_bytes {
+                let detail = format!(
+                    "the record's fields hold {size} bytes, over evidence.max_record_bytes ({max_record_bytes})"
+                );
+                loaded
+                    .unreadable
+                    .insert(id.clone(), CallRejection::new(Rule::RecordTooLarge, detail));
+            } else if size > budget {
+                let detail = format!(
+                    "the record's {size} bytes are past the release's budget (evidence.max_release_bytes)"
+                );
+                loaded.unreadable.insert(
+                    id.clone(),
+                    CallRejection::new(Rule::RecordOverBudget, detail),
+                );
+            } else {
+                budget -= size;
+                loaded.bytes += size;
+                loaded.records.insert(id.clone(), record);
+            }
+        }
+        loaded
     }
 
     pub(super) fn is_cancelled(&self, run: &str) -> bool {

@@ -28,8 +28,9 @@ pub fn new_lock_token(replica: &str) -> String {
     format!("{replica}/{:032x}", rand::random::<u128>())
 }
 
-use crate::domain::evidence_guard::RunEvidence;
-use crate::domain::invocation::RawRecord;
+use crate::domain::evidence_guard::{Rule, RunEvidence};
+use crate::domain::invocation::{CallRejection, RawRecord, MAX_CALL_ID_BYTES};
+use crate::telemetry;
 
 /// The key schema (CONTRACT §1). The run id sits in `{}` so every key of a run shares a
 /// Redis Cluster slot.
@@ -151,10 +152,47 @@ pub struct Watch {
     pub renewed: Option<bool>,
 }
 
-/// Ids that can name a record: blank ids never reach the store.
+/// Bounds on reading the agent's records (`evidence.max_record_bytes`,
+/// `evidence.max_release_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordLimits {
+    pub max_record_bytes: u64,
+    pub max_release_bytes: u64,
+}
+
+/// A run's calls list as read: the ids (most recent `max_calls`; ids that cannot name a
+/// record left out), or why the list cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallsList {
+    Ids(Vec<String>),
+    Unreadable(CallRejection),
+}
+
+/// Records as read: the guard's fields of each readable record, the unreadable ones with
+/// their rule, and the bytes loaded.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadedRecords {
+    pub records: HashMap<String, RawRecord>,
+    pub unreadable: HashMap<String, CallRejection>,
+    pub bytes: u64,
+}
+
+/// The `harness_bad_records_total` reason of an unreadable record's rule.
+fn bad_record_reason(rule: Rule) -> &'static str {
+    match rule {
+        Rule::RecordNotUtf8 => "not_utf8",
+        Rule::RecordWrongType => "wrong_type",
+        Rule::RecordTooLarge => "too_large",
+        Rule::RecordOverBudget => "over_budget",
+        Rule::CallsWrongType => "calls_wrong_type",
+        _ => "other",
+    }
+}
+
+/// Ids that can name a record: blank and over-long ids never reach the store.
 fn lookup_ids<'a>(ids: impl Iterator<Item = &'a String>) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
-    ids.filter(|id| !id.trim().is_empty())
+    ids.filter(|id| !id.trim().is_empty() && id.len() <= MAX_CALL_ID_BYTES)
         .filter(|id| seen.insert(id.as_str()))
         .cloned()
         .collect()
@@ -184,40 +222,67 @@ impl Store {
         }
     }
 
-    /// The run's calls list (its most recent `max_calls`) and the records of those calls
-    /// and of every cited id: the list in one round trip, the records in one pipeline.
+    /// The run's calls list (its most recent `max_calls`) and the records of the cited ids
+    /// and of those calls (cited first, then the most recent calls, within
+    /// `limits.max_release_bytes`): the list in one round trip, the records in another.
+    /// Records that are not hashes, not UTF-8 or over a limit are unusable calls, and a
+    /// calls key that is not a list makes every call unusable: the agent's data, counted in
+    /// `harness_bad_records_total`, never a store error.
     pub async fn load_evidence(
         &self,
         run: &str,
         cited: &[String],
         max_calls: usize,
+        limits: RecordLimits,
     ) -> Result<RunEvidence, StoreError> {
         let calls = match self {
             Store::Memory(s) => s.calls(run, max_calls),
             Store::Redis(s) => s.calls(run, max_calls).await?,
         };
-        let ids = lookup_ids(calls.iter().chain(cited));
-        let records = self.load_records(run, &ids).await?;
+        let (calls, calls_unreadable) = match calls {
+            CallsList::Ids(ids) => (ids, None),
+            CallsList::Unreadable(why) => {
+                telemetry::bad_record(bad_record_reason(why.rule));
+                (Vec::new(), Some(why))
+            }
+        };
+        let ids = lookup_ids(cited.iter().chain(calls.iter().rev()));
+        let loaded = self
+            .load_records(run, &ids, limits, limits.max_release_bytes)
+            .await?;
         Ok(RunEvidence {
             run_id: run.to_string(),
             calls,
-            records,
+            records: loaded.records,
+            unreadable: loaded.unreadable,
+            calls_unreadable,
+            loaded_bytes: loaded.bytes,
         })
     }
 
     /// Adds the records of `ids` that `evidence` does not hold yet (a repaired Draft may
-    /// cite other ids).
+    /// cite other ids), within what is left of the release's byte budget.
     pub async fn complete_evidence(
         &self,
         evidence: &mut RunEvidence,
         ids: &[String],
+        limits: RecordLimits,
     ) -> Result<(), StoreError> {
-        let missing = lookup_ids(ids.iter().filter(|id| !evidence.records.contains_key(*id)));
+        let missing = lookup_ids(ids.iter().filter(|id| {
+            !evidence.records.contains_key(*id) && !evidence.unreadable.contains_key(*id)
+        }));
         if missing.is_empty() {
             return Ok(());
         }
-        let found = self.load_records(&evidence.run_id, &missing).await?;
-        evidence.records.extend(found);
+        let budget = limits
+            .max_release_bytes
+            .saturating_sub(evidence.loaded_bytes);
+        let loaded = self
+            .load_records(&evidence.run_id, &missing, limits, budget)
+            .await?;
+        evidence.records.extend(loaded.records);
+        evidence.unreadable.extend(loaded.unreadable);
+        evidence.loaded_bytes += loaded.bytes;
         Ok(())
     }
 
@@ -225,11 +290,17 @@ impl Store {
         &self,
         run: &str,
         ids: &[String],
-    ) -> Result<HashMap<String, RawRecord>, StoreError> {
-        match self {
-            Store::Memory(s) => Ok(s.records(run, ids)),
-            Store::Redis(s) => s.records(run, ids).await,
+        limits: RecordLimits,
+        budget: u64,
+    ) -> Result<LoadedRecords, StoreError> {
+        let loaded = match self {
+            Store::Memory(s) => s.records(run, ids, limits.max_record_bytes, budget),
+            Store::Redis(s) => s.records(run, ids, limits.max_record_bytes, budget).await?,
+        };
+        for why in loaded.unreadable.values() {
+            telemetry::bad_record(bad_record_reason(why.rule));
         }
+        Ok(loaded)
     }
 
     pub async fn is_cancelled(&self, run: &str) -> Result<bool, StoreError> {
@@ -324,8 +395,14 @@ mod tests {
     }
 
     #[test]
-    fn blank_and_repeated_ids_are_not_looked_up() {
-        let ids = ["a".to_string(), " ".into(), "b".into(), "a".into()];
+    fn blank_over_long_and_repeated_ids_are_not_looked_up() {
+        let ids = [
+            "a".to_string(),
+            " ".into(),
+            "b".into(),
+            "a".into(),
+            "x".repeat(MAX_CALL_ID_BYTES + 1),
+        ];
         assert_eq!(lookup_ids(ids.iter()), vec!["a", "b"]);
     }
 }

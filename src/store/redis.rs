@@ -4,16 +4,16 @@
 //! Commands go through one lazily connected [`ConnectionManager`] (it reconnects by itself,
 //! so the service starts and recovers while Redis is down); pub/sub has its own connection.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Client, RedisError, Script};
 
-use super::{Begin, Commit, Committed, Keys, StoreError, Watch, Watched};
+use super::{Begin, CallsList, Commit, Committed, Keys, LoadedRecords, StoreError, Watch, Watched};
 use crate::config::RedisConfig;
-use crate::domain::invocation::RawRecord;
+use crate::domain::evidence_guard::Rule;
+use crate::domain::invocation::{CallRejection, RawRecord, MAX_CALL_ID_BYTES, RECORD_FIELDS};
 use crate::telemetry;
 
 /// Deletes the lock only if this release still holds it.
@@ -64,6 +64,54 @@ redis.call("DEL", KEYS[1])
 return {what, ""}
 "#;
 
+/// A run's calls list, bounded: its most recent ARGV[1] ids, each at most ARGV[2] bytes
+/// (longer ones are answered as "" and left out), or why it cannot be read.
+/// KEYS: calls. Answers {"ok", {ids}} | {"missing"} | {"wrong_type", type}.
+const CALLS_SCRIPT: &str = r#"
+local t = redis.call("TYPE", KEYS[1])["ok"]
+if t == "none" then return {"missing"} end
+if t ~= "list" then return {"wrong_type", t} end
+local ids = redis.call("LRANGE", KEYS[1], -tonumber(ARGV[1]), -1)
+local max = tonumber(ARGV[2])
+for i, id in ipairs(ids) do
+  if #id > max then ids[i] = "" end
+end
+return {"ok", ids}
+"#;
+
+/// The guard's fields of each record (KEYS, in priority order), bounded: a record whose
+/// fields total more than ARGV[1] bytes, or that would take the release past its budget
+/// ARGV[2], is answered by its size only; other types by their type. ARGV[3..]: the fields.
+/// Answers per key {"ok", size, {values}} | {"missing"} | {"wrong_type", type} |
+/// {"too_large", size} | {"over_budget", size}.
+const RECORDS_SCRIPT: &str = r#"
+local max_record = tonumber(ARGV[1])
+local budget = tonumber(ARGV[2])
+local fields = {}
+for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+local out = {}
+for i, key in ipairs(KEYS) do
+  local t = redis.call("TYPE", key)["ok"]
+  if t == "none" then
+    out[i] = {"missing"}
+  elseif t ~= "hash" then
+    out[i] = {"wrong_type", t}
+  else
+    local size = 0
+    for _, f in ipairs(fields) do size = size + redis.call("HSTRLEN", key, f) end
+    if size > max_record then
+      out[i] = {"too_large", size}
+    elseif size > budget then
+      out[i] = {"over_budget", size}
+    else
+      budget = budget - size
+      out[i] = {"ok", size, redis.call("HMGET", key, unpack(fields))}
+    end
+  end
+end
+return out
+"#;
+
 /// Renews a lease only while the lock still holds this token. Sent as EVAL (not EVALSHA)
 /// inside the watch pipeline, so a Redis that forgot its scripts needs no second trip.
 /// KEYS: lock. ARGV: token, lease ms. Answers 1 if renewed.
@@ -83,6 +131,8 @@ pub struct RedisStore {
     unlock: Script,
     begin: Script,
     commit: Script,
+    calls: Script,
+    records: Script,
 }
 
 /// A failed read, or a write that did nothing a caller relies on.
@@ -128,6 +178,8 @@ impl RedisStore {
             unlock: Script::new(UNLOCK_SCRIPT),
             begin: Script::new(BEGIN_SCRIPT),
             commit: Script::new(COMMIT_SCRIPT),
+            calls: Script::new(CALLS_SCRIPT),
+            records: Script::new(RECORDS_SCRIPT),
         })
     }
 
@@ -168,41 +220,116 @@ impl RedisStore {
         }
     }
 
-    pub(super) async fn calls(
-        &self,
-        run: &str,
-        max_calls: usize,
-    ) -> Result<Vec<String>, StoreError> {
+    pub(super) async fn calls(&self, run: &str, max_calls: usize) -> Result<CallsList, StoreError> {
         let mut conn = self.conn.clone();
-        let start = -(max_calls.max(1) as isize);
-        conn.lrange(self.keys.calls(run), start, -1)
+        let answer: redis::Value = self
+            .calls
+            .key(self.keys.calls(run))
+            .arg(max_calls.max(1))
+            .arg(MAX_CALL_ID_BYTES)
+            .invoke_async(&mut conn)
             .await
-            .map_err(failed("load_calls"))
+            .map_err(failed("load_calls"))?;
+        let mut parts = array(answer).into_iter();
+        match text(parts.next()).as_deref() {
+            Some("ok") => Ok(CallsList::Ids(
+                array(parts.next().unwrap_or(redis::Value::Nil))
+                    .into_iter()
+                    .filter_map(|id| bytes(id).and_then(|b| String::from_utf8(b).ok()))
+                    .filter(|id| !id.is_empty())
+                    .collect(),
+            )),
+            Some("missing") => Ok(CallsList::Ids(Vec::new())),
+            Some("wrong_type") => Ok(CallsList::Unreadable(CallRejection::new(
+                Rule::CallsWrongType,
+                format!(
+                    "the run's calls key is a {}, not a list",
+                    text(parts.next()).unwrap_or_default()
+                ),
+            ))),
+            other => Err(StoreError::unavailable(
+                "load_calls",
+                format!("unexpected answer {other:?} from the calls script"),
+            )),
+        }
     }
 
     pub(super) async fn records(
         &self,
         run: &str,
         ids: &[String],
-    ) -> Result<HashMap<String, RawRecord>, StoreError> {
+        max_record_bytes: u64,
+        budget: u64,
+    ) -> Result<LoadedRecords, StoreError> {
         if ids.is_empty() {
-            return Ok(HashMap::new());
+            return Ok(LoadedRecords::default());
         }
-        let mut pipe = redis::pipe();
+        let mut invocation = self.records.prepare_invoke();
         for id in ids {
-            pipe.hgetall(self.keys.call(run, id));
+            invocation.key(self.keys.call(run, id));
+        }
+        invocation.arg(max_record_bytes).arg(budget);
+        for field in RECORD_FIELDS {
+            invocation.arg(field);
         }
         let mut conn = self.conn.clone();
-        let found: Vec<RawRecord> = pipe
-            .query_async(&mut conn)
+        let answer: redis::Value = invocation
+            .invoke_async(&mut conn)
             .await
             .map_err(failed("load_records"))?;
-        Ok(ids
-            .iter()
-            .cloned()
-            .zip(found)
-            .filter(|(_, record)| !record.is_empty())
-            .collect())
+        let mut loaded = LoadedRecords::default();
+        for (id, found) in ids.iter().zip(array(answer)) {
+            let mut parts = array(found).into_iter();
+            let status = text(parts.next()).unwrap_or_default();
+            let unreadable = |rule: Rule, detail: String| CallRejection::new(rule, detail);
+            let why = match status.as_str() {
+                "missing" => continue,
+                "ok" => {
+                    let size = number(parts.next());
+                    let values = array(parts.next().unwrap_or(redis::Value::Nil));
+                    match decode_fields(values) {
+                        Ok(record) => {
+                            loaded.bytes += size;
+                            loaded.records.insert(id.clone(), record);
+                            continue;
+                        }
+                        Err(field) => unreadable(
+                            Rule::RecordNotUtf8,
+                            format!("the record's {field} is not UTF-8"),
+                        ),
+                    }
+                }
+                "wrong_type" => unreadable(
+                    Rule::RecordWrongType,
+                    format!(
+                        "the record is a {}, not a hash",
+                        text(parts.next()).unwrap_or_default()
+                    ),
+                ),
+                "too_large" => unreadable(
+                    Rule::RecordTooLarge,
+                    format!(
+                        "the record's fields hold {} bytes, over evidence.max_record_bytes ({max_record_bytes})",
+                        number(parts.next())
+                    ),
+                ),
+                "over_budget" => unreadable(
+                    Rule::RecordOverBudget,
+                    format!(
+                        "the record's {} bytes are past the release's budget (evidence.max_release_bytes)",
+                        number(parts.next())
+                    ),
+                ),
+                other => {
+                    return Err(StoreError::unavailable(
+                        "load_records",
+                        format!("unexpected answer {other:?} from the records script"),
+                    ))
+                }
+            };
+            loaded.unreadable.insert(id.clone(), why);
+        }
+        Ok(loaded)
     }
 
     pub(super) async fn is_cancelled(&self, run: &str) -> Result<bool, StoreError> {
@@ -345,6 +472,50 @@ impl RedisStore {
             .map_err(failed("subscribe"))?;
         Ok(CancelSubscription { pubsub })
     }
+}
+
+/// The items of an array reply (nothing for any other reply).
+fn array(value: redis::Value) -> Vec<redis::Value> {
+    match value {
+        redis::Value::Array(items) => items,
+        _ => Vec::new(),
+    }
+}
+
+/// The bytes of a string reply.
+fn bytes(value: redis::Value) -> Option<Vec<u8>> {
+    match value {
+        redis::Value::BulkString(b) => Some(b),
+        redis::Value::SimpleString(s) => Some(s.into_bytes()),
+        _ => None,
+    }
+}
+
+/// A short status word from a script (always ASCII).
+fn text(value: Option<redis::Value>) -> Option<String> {
+    value
+        .and_then(bytes)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+fn number(value: Option<redis::Value>) -> u64 {
+    match value {
+        Some(redis::Value::Int(n)) => n.max(0) as u64,
+        _ => 0,
+    }
+}
+
+/// The record's fields (in `RECORD_FIELDS` order; nil = absent) decoded as UTF-8, or the
+/// name of the first field that is not.
+fn decode_fields(values: Vec<redis::Value>) -> Result<RawRecord, &'static str> {
+    let mut record = RawRecord::new();
+    for (field, value) in RECORD_FIELDS.iter().zip(values) {
+        if let Some(b) = bytes(value) {
+            let text = String::from_utf8(b).map_err(|_| *field)?;
+            record.insert((*field).to_string(), text);
+        }
+    }
+    Ok(record)
 }
 
 /// A live subscription to `P:cancel`; dropping it closes its connection.

@@ -8,6 +8,7 @@ mod common;
 mod cancel;
 mod faults;
 mod helpers;
+mod hostile;
 mod operations;
 mod redis_outage;
 mod routes;

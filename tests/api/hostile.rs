@@ -1,0 +1,143 @@
+//! The agent's records are untrusted input: a byte that is not UTF-8, a key of the wrong
+//! Redis type or an oversized record makes that call unusable (a release outcome with a
+//! named rule in the audit), never a 503, never a Redis error, and `/readyz` stays ready.
+
+use redis::AsyncCommands;
+use serde_json::json;
+
+use crate::helpers::*;
+
+async fn metrics_text(app: &TestApp) -> String {
+    app.client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+fn store_errors(text: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with("harness_store_errors_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn connection(app: &TestApp) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(app.redis_url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[actix_rt::test]
+async fn odd_bytes_and_wrong_types_in_records_are_release_outcomes_not_store_errors() {
+    let server = wiremock::MockServer::start().await;
+    on_semantic(&server, verdict("SUPPORTED", "the evidence shows it")).await;
+    let app = spawn_app(AppOptions {
+        model: Some(server.uri()),
+        ..Default::default()
+    })
+    .await;
+    let mut conn = connection(&app).await;
+    let call_key = |run: &str, call: &str| format!("{}:run:{{{run}}}:call:{call}", app.prefix);
+    let before = metrics_text(&app).await;
+
+    // A non-UTF-8 raw_response, which the harness never reads: released as usual.
+    let raw = unique_run("raw-bytes");
+    app.seed(&standard_invocations(&raw)).await;
+    let _: () = conn
+        .hset(
+            call_key(&raw, "call-log-01"),
+            "raw_response",
+            vec![0xffu8, 0x00, 0xfe],
+        )
+        .await
+        .unwrap();
+    let result = json(app.post_release(&raw, &release_body(good_draft())).await).await;
+    assert_eq!(result["outcome"], "SUCCESS");
+
+    // A non-UTF-8 byte in a cited call's agent_result: that call is unusable.
+    let bin = unique_run("agent-bytes");
+    app.seed(&standard_invocations(&bin)).await;
+    let _: () = conn
+        .hset(
+            call_key(&bin, "call-log-01"),
+            "agent_result",
+            vec![b'{', 0xc3, b'}'],
+        )
+        .await
+        .unwrap();
+    let response = app.post_release(&bin, &release_body(good_draft())).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let result = json(response).await;
+    assert_eq!(result["fallback_type"], "EVIDENCE_VALIDATION_FAILED");
+    let audit = json(app.get(&format!("/v1/runs/{bin}/audit")).await).await;
+    assert!(
+        audit_rules(&audit).contains(&"record_not_utf8".to_string()),
+        "{audit}"
+    );
+
+    // A cited call stored as a STRING.
+    let typed = unique_run("wrong-type");
+    app.seed(&standard_invocations(&typed)).await;
+    let _: () = conn.del(call_key(&typed, "call-log-01")).await.unwrap();
+    let _: () = conn
+        .set(call_key(&typed, "call-log-01"), "a string")
+        .await
+        .unwrap();
+    let result = json(app.post_release(&typed, &release_body(good_draft())).await).await;
+    assert_eq!(result["fallback_type"], "EVIDENCE_VALIDATION_FAILED");
+    let audit = json(app.get(&format!("/v1/runs/{typed}/audit")).await).await;
+    assert!(audit_rules(&audit).contains(&"record_wrong_type".to_string()));
+
+    // The calls key as a STRING: every call of the run is unusable; a controlled stop has
+    // no facts to show.
+    let calls = unique_run("calls-type");
+    app.seed(&standard_invocations(&calls)).await;
+    let calls_key = format!("{}:run:{{{calls}}}:calls", app.prefix);
+    let _: () = conn.del(&calls_key).await.unwrap();
+    let _: () = conn.set(&calls_key, "call-log-01").await.unwrap();
+    let stop = json!({"query": QUERY, "stop_reason": "INFORMATION_SATURATION"});
+    let result = json(app.post_release(&calls, &stop).await).await;
+    assert_eq!(result["fallback_type"], "INSUFFICIENT_EVIDENCE");
+    assert_eq!(result["observed_facts"], json!([]));
+    // The same for a Draft citing calls whose records are fine.
+    let judged = unique_run("calls-type-judged");
+    app.seed(&standard_invocations(&judged)).await;
+    let judged_calls = format!("{}:run:{{{judged}}}:calls", app.prefix);
+    let _: () = conn.del(&judged_calls).await.unwrap();
+    let _: () = conn.set(&judged_calls, "call-log-01").await.unwrap();
+    let result = json(app.post_release(&judged, &release_body(good_draft())).await).await;
+    assert_eq!(result["fallback_type"], "EVIDENCE_VALIDATION_FAILED");
+    let audit = json(app.get(&format!("/v1/runs/{judged}/audit")).await).await;
+    assert!(audit_rules(&audit).contains(&"calls_wrong_type".to_string()));
+
+    assert_eq!(
+        app.client
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200,
+        "the agent's data says nothing about Redis"
+    );
+    let after = metrics_text(&app).await;
+    assert_eq!(
+        store_errors(&after),
+        store_errors(&before),
+        "no Redis error was counted"
+    );
+    for reason in ["not_utf8", "wrong_type", "calls_wrong_type"] {
+        let series = format!("harness_bad_records_total{{reason=\"{reason}\"}}");
+        assert!(
+            metric(&after, &series) > metric(&before, &series),
+            "{series} counted"
+        );
+    }
+}
