@@ -4,6 +4,8 @@
 # request rates against the soak's instant fake model (no added latency). The harness and the
 # load generator are separate processes sharing this machine's cores.
 #   scripts/load.sh [DURATION_SECONDS=60] [RATE ...=100 200 400]
+#   BIN=path/to/release-harness scripts/load.sh ...   measures another build (e.g. an older
+#   commit's, for a before/after comparison in one session; its soak driver is used too)
 # Prints one line per rate: throughput, release latency p50/p99, harness overhead p50/p99
 # and the harness's RSS; the reports are under soak-reports/.
 set -euo pipefail
@@ -17,8 +19,11 @@ rates=("$@")
 work=$(mktemp -d)
 trap 'cleanup "$work"' EXIT
 start_redis "$work"
-cargo build --release --locked --quiet --bin release-harness
-bin=target/release/release-harness
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --locked --quiet --bin release-harness
+  BIN=target/release/release-harness
+fi
+bin=$BIN
 echo "==> load: ${duration}s per rate, rates ${rates[*]}/s, $(nproc) cores, Redis on port $REDIS_PORT"
 
 for rate in "${rates[@]}"; do
