@@ -116,7 +116,7 @@ impl Shared {
 async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), String> {
     let mut pipe = redis::pipe();
     if plan.marker_before {
-        pipe.set(format!("{}:run:{{{run}}}:cancelled", shared.prefix), "1")
+        pipe.set_ex(format!("{}:run:{{{run}}}:cancelled", shared.prefix), "1", 3600)
             .ignore();
     }
     for inv in &plan.invocations {
