@@ -6,7 +6,7 @@
 # release is retried until answered; at the end the soak checks that every answer is what
 # is stored, that a replay answers the same, that no run cancelled before its request was
 # released, and that no lock is left behind. Exits 1 on any violation.
-#   scripts/chaos.sh [DURATION_SECONDS=60] [RATE=20] [REPLICAS=2]
+#   scripts/chaos.sh [DURATION_SECONDS=60] [RATE=20] [REPLICAS=2]   (BIN= another build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -18,8 +18,11 @@ work=$(mktemp -d)
 trap 'redis_cont; cleanup "$work"' EXIT
 redis_cont() { [ -n "${REDIS_PIDFILE:-}" ] && kill -CONT "$(cat "$REDIS_PIDFILE")" 2>/dev/null || true; }
 start_redis "$work"
-cargo build --release --locked --quiet --bin release-harness
-bin=target/release/release-harness
+if [ -z "${BIN:-}" ]; then
+  cargo build --release --locked --quiet --bin release-harness
+  BIN=target/release/release-harness
+fi
+bin=$BIN
 prefix="chaos-$$"
 model_port=$(free_port)
 lease_ms=5000

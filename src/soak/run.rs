@@ -114,6 +114,9 @@ impl Shared {
 }
 
 async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), String> {
+    if plan.invocations.is_empty() && !plan.marker_before {
+        return Ok(());
+    }
     let mut pipe = redis::pipe();
     if plan.marker_before {
         pipe.set_ex(format!("{}:run:{{{run}}}:cancelled", shared.prefix), "1", 3600)
