@@ -119,8 +119,12 @@ async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), String> 
     }
     let mut pipe = redis::pipe();
     if plan.marker_before {
-        pipe.set_ex(format!("{}:run:{{{run}}}:cancelled", shared.prefix), "1", 3600)
-            .ignore();
+        pipe.set_ex(
+            format!("{}:run:{{{run}}}:cancelled", shared.prefix),
+            "1",
+            3600,
+        )
+        .ignore();
     }
     for inv in &plan.invocations {
         let object = inv.as_object().ok_or("an invocation is not an object")?;

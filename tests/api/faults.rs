@@ -18,12 +18,53 @@ fn marker_key(prefix: &str, run: &str) -> String {
     format!("{prefix}:run:{{{run}}}:cancelled")
 }
 
-async fn connection(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis reachable")
+/// An app whose model never answers, with a release of a fresh run pending on it.
+async fn release_pending_on_a_hanging_model(
+    name: &str,
+    tweak: Box<dyn FnOnce(&mut release_harness::config::Config)>,
+) -> (
+    TestApp,
+    HangingModel,
+    String,
+    tokio::task::JoinHandle<reqwest::Response>,
+) {
+    let mut hanging = HangingModel::start();
+    let app = spawn_app(AppOptions {
+        model: Some(hanging.url.clone()),
+        tweak,
+        ..Default::default()
+    })
+    .await;
+    let run = unique_run(name);
+    app.seed(&standard_invocations(&run)).await;
+    let pending = release_in_background(&app.client, &app.address, &run);
+    assert_eq!(
+        hanging.next(Duration::from_secs(5)).await,
+        Some(Event::Received)
+    );
+    (app, hanging, run, pending)
+}
+
+/// An app whose judge answers SUPPORTED after `delay`, with `tweak` applied.
+async fn app_with_a_slow_judge(
+    delay: Duration,
+    redis_url: Option<String>,
+    tweak: Box<dyn FnOnce(&mut release_harness::config::Config)>,
+) -> (TestApp, wiremock::MockServer) {
+    let server = wiremock::MockServer::start().await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "the evidence shows it").set_delay(delay),
+    )
+    .await;
+    let app = spawn_app(AppOptions {
+        model: Some(server.uri()),
+        redis_url,
+        tweak,
+        ..Default::default()
+    })
+    .await;
+    (app, server)
 }
 
 /// Waits until the wiremock model has received a request.
@@ -212,21 +253,10 @@ async fn a_cancel_sent_after_client_kill_type_pubsub_is_answered_cancelled_withi
 
 #[actix_rt::test]
 async fn a_marker_set_directly_in_redis_during_a_model_call_is_answered_cancelled_within_1s() {
-    let mut hanging = HangingModel::start();
-    let app = spawn_app(AppOptions {
-        model: Some(hanging.url.clone()),
-        ..Default::default()
-    })
-    .await;
-    let run = unique_run("direct-marker");
-    app.seed(&standard_invocations(&run)).await;
-    let pending = release_in_background(&app.client, &app.address, &run);
-    assert_eq!(
-        hanging.next(Duration::from_secs(5)).await,
-        Some(Event::Received)
-    );
+    let (app, mut hanging, run, pending) =
+        release_pending_on_a_hanging_model("direct-marker", Box::new(|_| {})).await;
     // The agent's tool layer sets the marker itself: no publish at all.
-    let mut conn = connection(&app.redis_url).await;
+    let mut conn = app.redis().await;
     let _: () = conn.set(marker_key(&app.prefix, &run), "1").await.unwrap();
     let answer = tokio::time::timeout(Duration::from_secs(1), pending)
         .await
@@ -245,27 +275,21 @@ async fn a_marker_set_directly_in_redis_during_a_model_call_is_answered_cancelle
 
 #[actix_rt::test]
 async fn a_model_answer_that_arrives_after_the_marker_is_never_released() {
-    let server = wiremock::MockServer::start().await;
-    on_semantic(
-        &server,
-        verdict("SUPPORTED", "the evidence shows it").set_delay(Duration::from_millis(600)),
-    )
-    .await;
-    let app = spawn_app(AppOptions {
-        model: Some(server.uri()),
-        // No poll tick during the test: the commit alone must honour the marker.
-        tweak: Box::new(|c| {
+    // No poll tick during the test: the commit alone must honour the marker.
+    let (app, server) = app_with_a_slow_judge(
+        Duration::from_millis(600),
+        None,
+        Box::new(|c| {
             c.cancel.poll_interval_ms = 60_000;
             c.redis.lock_lease_ms = 180_000;
         }),
-        ..Default::default()
-    })
+    )
     .await;
     let run = unique_run("late-answer");
     app.seed(&standard_invocations(&run)).await;
     let pending = release_in_background(&app.client, &app.address, &run);
     model_called(&server).await;
-    let mut conn = connection(&app.redis_url).await;
+    let mut conn = app.redis().await;
     let _: () = conn.set(marker_key(&app.prefix, &run), "1").await.unwrap();
     let answer = json(pending.await.unwrap()).await;
     assert_eq!(answer["outcome"], "CANCELLED", "the verdict came too late");
@@ -282,24 +306,18 @@ async fn a_model_answer_that_arrives_after_the_marker_is_never_released() {
 
 #[actix_rt::test]
 async fn a_release_whose_lock_was_taken_over_cannot_store() {
-    let server = wiremock::MockServer::start().await;
-    on_semantic(
-        &server,
-        verdict("SUPPORTED", "the evidence shows it").set_delay(Duration::from_millis(600)),
+    // Renewal is 20 s away: the commit's fence is what stops this release.
+    let (app, server) = app_with_a_slow_judge(
+        Duration::from_millis(600),
+        None,
+        Box::new(|c| c.redis.lock_lease_ms = 60_000),
     )
-    .await;
-    let app = spawn_app(AppOptions {
-        model: Some(server.uri()),
-        // Renewal is 20 s away: the commit's fence is what stops this release.
-        tweak: Box::new(|c| c.redis.lock_lease_ms = 60_000),
-        ..Default::default()
-    })
     .await;
     let run = unique_run("taken-over");
     app.seed(&standard_invocations(&run)).await;
     let pending = release_in_background(&app.client, &app.address, &run);
     model_called(&server).await;
-    let mut conn = connection(&app.redis_url).await;
+    let mut conn = app.redis().await;
     let _: () = conn
         .set(lock_key(&app.prefix, &run), "intruder/0001")
         .await
@@ -322,21 +340,12 @@ async fn a_release_whose_lock_was_taken_over_cannot_store() {
 
 #[actix_rt::test]
 async fn a_renewal_that_finds_the_lock_gone_aborts_the_release_and_its_model_call() {
-    let mut hanging = HangingModel::start();
-    let app = spawn_app(AppOptions {
-        model: Some(hanging.url.clone()),
-        tweak: Box::new(|c| c.redis.lock_lease_ms = 1_500),
-        ..Default::default()
-    })
+    let (app, mut hanging, run, pending) = release_pending_on_a_hanging_model(
+        "lease-lost",
+        Box::new(|c| c.redis.lock_lease_ms = 1_500),
+    )
     .await;
-    let run = unique_run("lease-lost");
-    app.seed(&standard_invocations(&run)).await;
-    let pending = release_in_background(&app.client, &app.address, &run);
-    assert_eq!(
-        hanging.next(Duration::from_secs(5)).await,
-        Some(Event::Received)
-    );
-    let mut conn = connection(&app.redis_url).await;
+    let mut conn = app.redis().await;
     let _: () = conn.del(lock_key(&app.prefix, &run)).await.unwrap();
     let answer = tokio::time::timeout(Duration::from_secs(3), pending)
         .await
@@ -355,17 +364,11 @@ async fn a_renewal_that_finds_the_lock_gone_aborts_the_release_and_its_model_cal
 #[actix_rt::test]
 async fn redis_paused_during_a_release_answers_consistently_with_what_is_stored() {
     let redis = OwnRedis::start_any();
-    let server = wiremock::MockServer::start().await;
-    on_semantic(
-        &server,
-        verdict("SUPPORTED", "the evidence shows it").set_delay(Duration::from_millis(500)),
+    let (app, server) = app_with_a_slow_judge(
+        Duration::from_millis(500),
+        Some(redis.url()),
+        Box::new(|_| {}),
     )
-    .await;
-    let app = spawn_app(AppOptions {
-        model: Some(server.uri()),
-        redis_url: Some(redis.url()),
-        ..Default::default()
-    })
     .await;
     let run = unique_run("paused");
     app.seed(&standard_invocations(&run)).await;

@@ -161,7 +161,18 @@ impl TestApp {
             .expect("request sent")
     }
 
-    async fn redis(&self) -> redis::aio::MultiplexedConnection {
+    /// The status of an unauthenticated GET (`/readyz`, `/healthz`).
+    pub async fn status(&self, path: &str) -> u16 {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .expect("request sent")
+            .status()
+            .as_u16()
+    }
+
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
         redis::Client::open(self.redis_url.as_str())
             .unwrap()
             .get_multiplexed_async_connection()

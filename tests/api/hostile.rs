@@ -25,14 +25,6 @@ fn store_errors(text: &str) -> f64 {
         .sum()
 }
 
-async fn connection(app: &TestApp) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(app.redis_url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
 #[actix_rt::test]
 async fn odd_bytes_and_wrong_types_in_records_are_release_outcomes_not_store_errors() {
     let server = wiremock::MockServer::start().await;
@@ -42,7 +34,7 @@ async fn odd_bytes_and_wrong_types_in_records_are_release_outcomes_not_store_err
         ..Default::default()
     })
     .await;
-    let mut conn = connection(&app).await;
+    let mut conn = app.redis().await;
     let call_key = |run: &str, call: &str| format!("{}:run:{{{run}}}:call:{call}", app.prefix);
     let before = metrics_text(&app).await;
 
@@ -117,13 +109,7 @@ async fn odd_bytes_and_wrong_types_in_records_are_release_outcomes_not_store_err
     assert!(audit_rules(&audit).contains(&"calls_wrong_type".to_string()));
 
     assert_eq!(
-        app.client
-            .get(app.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16(),
+        app.status("/readyz").await,
         200,
         "the agent's data says nothing about Redis"
     );
