@@ -40,7 +40,8 @@ for rate in "${rates[@]}"; do
   HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn "$bin" soak --only supported \
     --target "http://127.0.0.1:$port" --token load-token --key-prefix "$prefix" \
     --model-listen "127.0.0.1:$model_port" --model-latency-ms 0 --pid "$serve_pid" \
-    --duration "$duration" --rate "$rate" --report-dir soak-reports >"$work/report-$rate.json"
+    --duration "$duration" --rate "$rate" --report-dir soak-reports >"$work/report-$rate.json" \
+    || echo "rate $rate/s: the soak reported invariant violations (listed below)"
   kill "$serve_pid"
   wait "$serve_pid" 2>/dev/null || true
   python3 - "$rate" "$work/report-$rate.json" <<'PY'
@@ -51,5 +52,7 @@ print(f"rate {rate}/s: throughput {r['throughput_per_s']:.1f}/s, answered {r['an
       f"latency p50 {l['p50']:.2f} ms p99 {l['p99']:.2f} ms, overhead p50 {o['p50']:.2f} ms "
       f"p99 {o['p99']:.2f} ms, harness RSS {r['rss_start_kb']} -> {r['rss_end_kb']} kB, "
       f"violations {len(r['violations'])}, report {r['plot'].rsplit('/', 1)[0]}")
+for v in r["violations"][:5]:
+    print("  violation:", v)
 PY
 done
