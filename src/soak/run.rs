@@ -159,9 +159,15 @@ async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
     if let Ok(mut s) = shared.scenarios.lock() {
         *s.entry(scenario.name().into()).or_default() += 1;
     }
-    if let Err(e) = seed(&shared, &run, &plan).await {
-        shared.violation(format!("{run}: seeding failed: {e}"));
-        return;
+    // Under chaos Redis may be paused: the agent's tool layer would retry its writes too.
+    let seeding = Instant::now();
+    while let Err(e) = seed(&shared, &run, &plan).await {
+        if !shared.may_retry(seeding) {
+            shared.violation(format!("{run}: seeding failed: {e}"));
+            return;
+        }
+        shared.retries.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let began = Instant::now();
     let canceller = plan.cancel_after.map(|after| {
