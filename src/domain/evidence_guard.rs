@@ -37,10 +37,11 @@ pub enum Rule {
     ProjectionStatusMismatch,
     EvidenceStatusInconsistent,
     KindEvidenceMismatch,
+    DraftNamesIdentifier,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 21] = [
+    pub const ALL: [Rule; 22] = [
         Rule::AnalysisIdBlank,
         Rule::AnalysisIdDuplicate,
         Rule::AnalysisKindUnsupported,
@@ -62,6 +63,7 @@ impl Rule {
         Rule::ProjectionStatusMismatch,
         Rule::EvidenceStatusInconsistent,
         Rule::KindEvidenceMismatch,
+        Rule::DraftNamesIdentifier,
     ];
 
     /// The rule's name: a metric label and the word operators see in the audit.
@@ -88,6 +90,7 @@ impl Rule {
             Rule::ProjectionStatusMismatch => "projection_status_mismatch",
             Rule::EvidenceStatusInconsistent => "evidence_status_inconsistent",
             Rule::KindEvidenceMismatch => "kind_evidence_mismatch",
+            Rule::DraftNamesIdentifier => "draft_names_identifier",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! - [`draft`]: the Draft and its strict parser.
 //! - [`invocation`]: canonical invocation records and tool projections.
 //! - [`evidence_guard`]: EvidenceGuard rules and the no-conclusion reference review.
+//! - [`identifiers`]: the run's call ids and Redis keys, found and masked in text.
 //! - [`snapshot`]: the verified snapshot, the ProgressSnapshot and verified sources.
 //! - [`repair_check`]: the comparison a repaired Draft must pass.
 //! - [`request`]: a release request and its validation.
@@ -14,6 +15,7 @@ pub mod audit;
 pub mod budget;
 pub mod draft;
 pub mod evidence_guard;
+pub mod identifiers;
 pub mod invocation;
 pub mod release;
 pub mod repair_check;
