@@ -16,10 +16,12 @@ use serde_json::{json, Value};
 
 use release_harness::config::StructuredOutput;
 use release_harness::domain::audit::Audit;
+use release_harness::domain::bounded::Redactor;
 use release_harness::domain::draft::{
     ActionItem, Analysis, AnalysisKind, Conclusion, Draft, Recommendation,
 };
 use release_harness::domain::evidence_guard::RunEvidence;
+use release_harness::domain::identifiers::RunIdentifiers;
 use release_harness::domain::invocation::RawRecord;
 use release_harness::domain::release::{
     self, after_judgement, DraftInput, Judgement, ReleasePolicy, ReleaseResult, Step, StopReason,
@@ -894,7 +896,7 @@ proptest! {
     ) {
         // Random bounds, so that truncated excerpts and omitted entries are covered too.
         let snapshot = SnapshotLimits { max_excerpt_chars, max_entries_per_call, max_rows_per_call };
-        let policy = ReleasePolicy { snapshot, max_facts };
+        let policy = ReleasePolicy { snapshot, max_facts, ..ReleasePolicy::defaults() };
         let mut audit = Audit::new(&s.run_id, StopReason::FinalAnswer);
         let step = release::begin(
             StopReason::FinalAnswer,
@@ -920,9 +922,11 @@ proptest! {
             ("CANCELLED", ReleaseResult::cancelled(&s.run_id)),
         ];
         prop_assert_eq!(results[0].1.report.as_ref(), Some(&s.draft.user_visible()));
+        let run = s.evidence.resolve(&[]);
+        let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
         let progress = ReleaseResult::insufficient_evidence(
             &s.run_id,
-            ProgressSnapshot::build(&s.evidence.resolve(&[]), policy.max_facts),
+            ProgressSnapshot::build(&run, policy.max_facts, &Redactor::new(&ids, policy.copy)),
         );
         let mut stop_audit = Audit::new(&s.run_id, StopReason::BudgetExhausted);
         let controlled = match release::begin(

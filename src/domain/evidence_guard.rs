@@ -38,10 +38,11 @@ pub enum Rule {
     EvidenceStatusInconsistent,
     KindEvidenceMismatch,
     DraftNamesIdentifier,
+    SourcesTooLarge,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 22] = [
+    pub const ALL: [Rule; 23] = [
         Rule::AnalysisIdBlank,
         Rule::AnalysisIdDuplicate,
         Rule::AnalysisKindUnsupported,
@@ -64,6 +65,7 @@ impl Rule {
         Rule::EvidenceStatusInconsistent,
         Rule::KindEvidenceMismatch,
         Rule::DraftNamesIdentifier,
+        Rule::SourcesTooLarge,
     ];
 
     /// The rule's name: a metric label and the word operators see in the audit.
@@ -91,6 +93,7 @@ impl Rule {
             Rule::EvidenceStatusInconsistent => "evidence_status_inconsistent",
             Rule::KindEvidenceMismatch => "kind_evidence_mismatch",
             Rule::DraftNamesIdentifier => "draft_names_identifier",
+            Rule::SourcesTooLarge => "sources_too_large",
         }
     }
 }
