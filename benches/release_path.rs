@@ -23,16 +23,18 @@ use serde_json::{json, Value};
 
 use release_harness::config::StructuredOutput;
 use release_harness::domain::audit::Audit;
+use release_harness::domain::bounded::Redactor;
 use release_harness::domain::draft::{
     ActionItem, Analysis, AnalysisKind, Conclusion, Draft, Recommendation,
 };
 use release_harness::domain::evidence_guard::{check_concluded, RunEvidence};
+use release_harness::domain::identifiers::RunIdentifiers;
 use release_harness::domain::invocation::RawRecord;
 use release_harness::domain::release::{
     self, after_judgement, DraftInput, Judgeable, Judgement, ReleasePolicy, ReleaseResult, Step,
     StopReason,
 };
-use release_harness::domain::snapshot::{SnapshotLimits, VerifiedSnapshot};
+use release_harness::domain::snapshot::VerifiedSnapshot;
 use release_harness::model::prompts::{semantic_request, RequestShape};
 
 const RUN: &str = "r-bench";
@@ -40,10 +42,7 @@ const ANALYSES: usize = 20;
 const CALLS_PER_ANALYSIS: usize = 2;
 
 fn policy() -> ReleasePolicy {
-    ReleasePolicy {
-        snapshot: SnapshotLimits::default(),
-        max_facts: 20,
-    }
+    ReleasePolicy::defaults()
 }
 
 fn log_projection(call: &str, shard: usize, found: bool) -> Value {
@@ -249,7 +248,9 @@ fn evidence_guard_snapshot_decision(c: &mut Criterion) {
         b.iter(|| {
             let draft = black_box(&draft);
             check_concluded(draft, &run).expect("the bench Draft passes EvidenceGuard");
-            let snapshot = VerifiedSnapshot::build(draft, &run, &policy.snapshot);
+            let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
+            let redact = Redactor::new(&ids, policy.copy);
+            let snapshot = VerifiedSnapshot::build(draft, &run, &policy.snapshot, &redact);
             let sources = snapshot.verified_sources();
             let result = ReleaseResult::success(RUN, draft, &snapshot);
             let bytes = serde_json::to_vec(&result).expect("a release result serializes");

@@ -11,6 +11,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::Deserialize;
 
+use crate::domain::bounded::CopyLimits;
 use crate::domain::budget::BudgetLimits;
 use crate::domain::release::ReleasePolicy;
 use crate::domain::snapshot::SnapshotLimits;
@@ -175,7 +176,7 @@ pub struct ProgressConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotConfig {
-    /// Longest excerpt, message or cell, in characters.
+    /// Longest excerpt, message or cell, in characters (`evidence.max_string_bytes` too).
     pub max_excerpt_chars: usize,
     /// RAG hits and log entries per call.
     pub max_entries_per_call: usize,
@@ -194,11 +195,15 @@ pub struct EvidenceConfig {
     /// then the most recent calls); records past it are unusable calls.
     pub max_release_bytes: u64,
     /// Longest string copied from a record into a result or the snapshot, in bytes once
-    /// written as JSON; longer strings are cut and marked.
+    /// written as JSON; the run's call ids and Redis keys are masked first, then longer
+    /// strings are cut at a char boundary and marked `…[truncated]`.
     pub max_string_bytes: usize,
-    /// Most entries kept of one array or object inside a scope.
+    /// Most entries kept of one array or object inside a scope (then a `…` entry with the
+    /// count left out); scopes also keep at most four levels of nesting.
     pub max_scope_items: usize,
-    /// Largest JSON size of `verified_sources`, and of `observed_facts`, in one result.
+    /// Largest JSON size of `verified_sources`, and of `observed_facts`, in one result:
+    /// sources past it fail the release closed (`sources_too_large`), facts past it are
+    /// dropped oldest first.
     pub max_written_bytes: usize,
 }
 
@@ -388,6 +393,12 @@ impl Config {
                 max_rows_per_call: self.snapshot.max_rows_per_call,
             },
             max_facts: self.progress.max_facts,
+            copy: CopyLimits {
+                max_string_bytes: self.evidence.max_string_bytes,
+                max_scope_items: self.evidence.max_scope_items,
+                max_written_bytes: self.evidence.max_written_bytes,
+            },
+            key_prefix: self.redis.key_prefix.clone(),
         }
     }
 
@@ -445,6 +456,19 @@ mod tests {
         assert_eq!(c.redis.key_prefix, "aiops");
         assert_eq!(c.model.structured_output, StructuredOutput::JsonSchema);
         assert!(!c.model_configured());
+    }
+
+    #[test]
+    fn the_release_policy_carries_the_evidence_limits_and_the_key_prefix() {
+        let mut c = Config::defaults();
+        assert_eq!(c.release_policy(), ReleasePolicy::defaults());
+        c.redis.key_prefix = "svc".into();
+        c.evidence.max_string_bytes = 64;
+        let policy = c.release_policy();
+        assert_eq!(policy.key_prefix, "svc");
+        assert_eq!(policy.copy.max_string_bytes, 64);
+        assert_eq!(policy.copy.max_scope_items, 8);
+        assert_eq!(policy.copy.max_written_bytes, 98304);
     }
 
     #[test]

@@ -75,6 +75,32 @@ async fn check_with_a_supporting_model_exits_0() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("SemanticGuard: SUPPORTED"));
 }
 
+#[actix_rt::test]
+async fn check_of_a_draft_naming_a_call_id_fails_closed_without_any_model_call() {
+    let server = MockServer::start().await;
+    on_repair(&server, content("{}")).await;
+    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    let uri = server.uri();
+    let out = tokio::task::spawn_blocking(move || {
+        harness(
+            &["check", &example("evidence-draft-names-call-id.json")],
+            &[("HARNESS__MODEL__BASE_URL", &uri)],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["fallback_type"], "EVIDENCE_VALIDATION_FAILED");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("call-log-01"));
+    let account = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        account.contains("draft_names_identifier at limitations[0] call call-log-01"),
+        "{account}"
+    );
+    assert!(requests(&server).await.is_empty(), "no repair, no judge");
+}
+
 #[test]
 fn bad_bundles_files_and_configuration_exit_2() {
     let dir = tempfile::tempdir().unwrap();

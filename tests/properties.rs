@@ -16,10 +16,12 @@ use serde_json::{json, Value};
 
 use release_harness::config::StructuredOutput;
 use release_harness::domain::audit::Audit;
+use release_harness::domain::bounded::{json_len, Redactor};
 use release_harness::domain::draft::{
     ActionItem, Analysis, AnalysisKind, Conclusion, Draft, Recommendation,
 };
 use release_harness::domain::evidence_guard::RunEvidence;
+use release_harness::domain::identifiers::RunIdentifiers;
 use release_harness::domain::invocation::RawRecord;
 use release_harness::domain::release::{
     self, after_judgement, DraftInput, Judgement, ReleasePolicy, ReleaseResult, Step, StopReason,
@@ -895,7 +897,7 @@ proptest! {
     ) {
         // Random bounds, so that truncated excerpts and omitted entries are covered too.
         let snapshot = SnapshotLimits { max_excerpt_chars, max_entries_per_call, max_rows_per_call };
-        let policy = ReleasePolicy { snapshot, max_facts };
+        let policy = ReleasePolicy { snapshot, max_facts, ..ReleasePolicy::defaults() };
         let mut audit = Audit::new(&s.run_id, StopReason::FinalAnswer);
         let step = release::begin(
             StopReason::FinalAnswer,
@@ -921,9 +923,11 @@ proptest! {
             ("CANCELLED", ReleaseResult::cancelled(&s.run_id)),
         ];
         prop_assert_eq!(results[0].1.report.as_ref(), Some(&s.draft.user_visible()));
+        let run = s.evidence.resolve(&[]);
+        let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
         let progress = ReleaseResult::insufficient_evidence(
             &s.run_id,
-            ProgressSnapshot::build(&s.evidence.resolve(&[]), policy.max_facts),
+            ProgressSnapshot::build(&run, policy.max_facts, &Redactor::new(&ids, policy.copy)),
         );
         let mut stop_audit = Audit::new(&s.run_id, StopReason::BudgetExhausted);
         let controlled = match release::begin(
@@ -1001,4 +1005,339 @@ fn generated_records_are_canonical() {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// e. Hostile records: what the harness writes stays bounded and masked, and a Draft naming
+//    one of the run's identifiers never reaches the judge
+// ---------------------------------------------------------------------------------------
+
+const HOSTILE_RUN: &str = "r-hostile";
+
+/// The run's call ids as they appear in hostile text (`hc-0` .. `hc-29`).
+fn hostile_id(i: usize) -> String {
+    format!("hc-{i}")
+}
+
+/// Text as costly as possible to copy: control characters (6 bytes each once escaped),
+/// quotes and backslashes (2), multi-byte characters, the run's call ids next to cuts, and
+/// its Redis keys.
+fn hostile_text() -> impl Strategy<Value = String> {
+    (0u8..7, 0usize..1200, 0usize..30).prop_map(|(kind, len, id)| match kind {
+        0 => "\u{1}".repeat(len),
+        1 => "\"\\".repeat(len / 2),
+        2 => "é€😀".repeat(len / 3),
+        3 => format!(
+            "see {} in aiops:run:{{{HOSTILE_RUN}}}:call:{} {}",
+            hostile_id(id),
+            hostile_id(id),
+            "x".repeat(len)
+        ),
+        4 => format!("{} {}0", "y".repeat(len % 300), hostile_id(id)),
+        5 => format!("aiops:release:{{{HOSTILE_RUN}}}{}", "k".repeat(len)),
+        _ => "order-api".into(),
+    })
+}
+
+fn hostile_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        hostile_text().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        Just(Value::Null),
+    ];
+    leaf.prop_recursive(6, 120, 12, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..12).prop_map(Value::Array),
+            prop::collection::vec((hostile_text(), inner), 0..12)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+/// One found call of a hostile run: its tool and the text and values it is built from.
+#[derive(Debug, Clone)]
+struct HostileCall {
+    tool: u8,
+    texts: Vec<String>,
+    params: Value,
+    items: usize,
+}
+
+fn hostile_call() -> impl Strategy<Value = HostileCall> {
+    (
+        0u8..3,
+        prop::collection::vec(hostile_text(), 6),
+        hostile_value(),
+        1usize..12,
+    )
+        .prop_map(|(tool, texts, params, items)| HostileCall {
+            tool,
+            texts,
+            params,
+            items,
+        })
+}
+
+fn hostile_record(call_id: &str, call: &HostileCall) -> RawRecord {
+    let t = |i: usize| call.texts[i % call.texts.len()].clone();
+    let n = call.items;
+    let (tool, projection) = match call.tool {
+        0 => (
+            "rag_search",
+            json!({"tool": "rag_search", "tool_call_id": call_id, "evidence_status": "EVIDENCE_FOUND",
+                   "scope": {"query": t(0), "index": t(1), "top_k": 5},
+                   "hits": (0..n).map(|k| json!({"doc_id": format!("{k}{}", t(2)), "title": t(3),
+                       "excerpt": t(4), "updated_at": t(5)})).collect::<Vec<_>>()}),
+        ),
+        1 => (
+            "log_search",
+            json!({"tool": "log_search", "tool_call_id": call_id, "evidence_status": "EVIDENCE_FOUND",
+                   "scope": {"service": t(0), "query": t(1), "from": t(2), "to": t(3), "limit": 50},
+                   "total_matches": n,
+                   "entries": (0..n).map(|_| json!({"timestamp": t(4), "host": t(5), "level": t(0),
+                       "message": t(1)})).collect::<Vec<_>>()}),
+        ),
+        _ => {
+            let params = match &call.params {
+                Value::Object(map) => Value::Object(map.clone()),
+                other => json!({ "p": other }),
+            };
+            (
+                "mysql_query",
+                json!({"tool": "mysql_query", "tool_call_id": call_id, "evidence_status": "EVIDENCE_FOUND",
+                       "scope": {"datasource": t(0), "statement": t(1), "params": params,
+                                 "from": t(2), "to": t(3), "max_rows": 100},
+                       "columns": [t(4), t(5)],
+                       "rows": (0..n).map(|_| json!([t(0), {"nested": [t(1)]}])).collect::<Vec<_>>(),
+                       "row_count": n}),
+            )
+        }
+    };
+    [
+        ("run_id", HOSTILE_RUN.to_string()),
+        ("tool_call_id", call_id.to_string()),
+        ("tool_name", tool.to_string()),
+        ("lifecycle", "READY".to_string()),
+        ("evidence_status", "EVIDENCE_FOUND".to_string()),
+        ("agent_result", projection.to_string()),
+        ("raw_response", format!("{RAW_CANARY}{call_id}")),
+        ("started_at", "2026-12-01T10:05:00Z".to_string()),
+        ("finished_at", t(2)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// A run of hostile calls and a concluded Draft citing each of them once.
+fn hostile_run(calls: &[HostileCall]) -> (RunEvidence, Draft) {
+    let ids: Vec<String> = (0..calls.len()).map(hostile_id).collect();
+    let records = ids
+        .iter()
+        .zip(calls)
+        .map(|(id, call)| (id.clone(), hostile_record(id, call)))
+        .collect();
+    let analyses: Vec<Analysis> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| Analysis {
+            id: format!("A{}", i + 1),
+            kind: AnalysisKind::Normal,
+            text: format!("finding {i}"),
+            tool_call_ids: vec![id.clone()],
+        })
+        .collect();
+    let draft = Draft {
+        conclusion: Some(Conclusion {
+            text: "the pool is exhausted".into(),
+            analysis_refs: vec!["A1".into()],
+        }),
+        analyses,
+        action_plan: vec![],
+        recommendations: vec![],
+        limitations: vec![],
+        missing_context: vec![],
+    };
+    let evidence = RunEvidence {
+        run_id: HOSTILE_RUN.into(),
+        calls: ids,
+        records,
+        ..RunEvidence::default()
+    };
+    (evidence, draft)
+}
+
+/// Whether `text` holds `id` as a whole token (written independently of the harness's own
+/// matcher, so that the two check each other).
+fn holds_token(text: &str, id: &str) -> bool {
+    let token =
+        |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    text.match_indices(id).any(|(at, _)| {
+        !token(text[..at].chars().next_back()) && !token(text[at + id.len()..].chars().next())
+    })
+}
+
+fn assert_no_identifiers(what: &str, text: &str, calls: usize) -> Result<(), TestCaseError> {
+    for key in ["aiops:run:", "aiops:release:"] {
+        prop_assert!(!text.contains(key), "{} holds a Redis key", what);
+    }
+    for i in 0..calls {
+        prop_assert!(
+            !holds_token(text, &hostile_id(i)),
+            "{} holds call id {}",
+            what,
+            hostile_id(i)
+        );
+    }
+    Ok(())
+}
+
+/// What the harness writes into a result from records: its sources and facts, in bytes.
+fn written_bytes(result: &ReleaseResult) -> Result<(usize, usize), TestCaseError> {
+    Ok((
+        to_json(&result.verified_sources)?.len(),
+        to_json(&result.observed_facts)?.len(),
+    ))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn what_the_harness_writes_stays_under_256_kb_and_masked_whatever_the_records_hold(
+        calls in prop::collection::vec(hostile_call(), 1..26),
+    ) {
+        let (evidence, draft) = hostile_run(&calls);
+        let policy = ReleasePolicy::defaults();
+        let mut results: Vec<(&str, ReleaseResult)> = Vec::new();
+        let mut audit = Audit::new(HOSTILE_RUN, StopReason::BudgetExhausted);
+        match release::begin(StopReason::BudgetExhausted, DraftInput::Absent, &evidence, &policy, &mut audit) {
+            Step::Finish(result) => results.push(("controlled stop", result)),
+            other => return Err(TestCaseError::fail(format!("expected Step::Finish, got {other:?}"))),
+        }
+        let mut audit = Audit::new(HOSTILE_RUN, StopReason::FinalAnswer);
+        match release::begin(StopReason::FinalAnswer, DraftInput::Parsed(draft), &evidence, &policy, &mut audit) {
+            Step::Judge(judged) => {
+                let shape = RequestShape { model: "m", structured_output: StructuredOutput::JsonSchema, max_output_tokens: 512 };
+                let request = semantic_request(&shape, QUERY_TEXT, &judged.draft, &judged.snapshot, "n0nce")
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                assert_no_identifiers("SemanticGuard request", request.body().get(), calls.len())?;
+                results.push(("SUCCESS", after_judgement(HOSTILE_RUN, Judgement::Supported { reason: "ok".into() }, &judged, &mut audit)));
+            }
+            Step::Finish(result) => {
+                // Only when the sources would not fit: the release fails closed.
+                prop_assert_eq!(audit.violations[0].rule.as_str(), "sources_too_large");
+                results.push(("sources too large", result));
+            }
+            Step::Repair { violations, .. } => return Err(TestCaseError::fail(format!("unexpected violations {violations:?}"))),
+        }
+        for (name, result) in &results {
+            let (sources, facts) = written_bytes(result)?;
+            prop_assert!(sources <= policy.copy.max_written_bytes, "{}: sources {}", name, sources);
+            prop_assert!(facts <= policy.copy.max_written_bytes, "{}: facts {}", name, facts);
+            prop_assert!(sources + facts < 256 * 1024, "{}: {} bytes", name, sources + facts);
+            assert_no_identifiers(name, &to_json(result)?, calls.len())?;
+        }
+    }
+
+    #[test]
+    fn a_draft_naming_a_call_id_or_key_of_the_run_never_reaches_the_judge(
+        s in scenario(),
+        site in any::<Index>(),
+        which in any::<Index>(),
+        use_key in any::<bool>(),
+    ) {
+        let sites = text_sites(&s.draft);
+        let site = *site.get(&sites);
+        let name = if use_key {
+            format!("aiops:run:{{{}}}:calls", s.run_id)
+        } else {
+            which.get(&s.evidence.calls).clone()
+        };
+        let mut draft = s.draft.clone();
+        if let Some(text) = text_at(&mut draft, site) {
+            text.push_str(&format!(" ({name})"));
+        }
+        let mut audit = Audit::new(&s.run_id, StopReason::FinalAnswer);
+        let step = release::begin(StopReason::FinalAnswer, DraftInput::Parsed(draft), &s.evidence, &ReleasePolicy::defaults(), &mut audit);
+        let result = match step {
+            Step::Finish(result) => result,
+            other => return Err(TestCaseError::fail(format!("expected Step::Finish, got {other:?}"))),
+        };
+        prop_assert_eq!(result.fallback_type.map(|f| f.as_str()), Some("EVIDENCE_VALIDATION_FAILED"));
+        prop_assert!(audit.violations.iter().any(|v| v.rule.as_str() == "draft_names_identifier"));
+        prop_assert!(audit.repair.as_ref().is_some_and(|r| !r.ran), "no repair call");
+        for v in &audit.violations {
+            prop_assert!(!v.detail.contains(&s.run_id), "the detail quotes the text: {}", v.detail);
+        }
+    }
+}
+
+const QUERY_TEXT: &str = "Why are order-api requests timing out?";
+
+/// The worst the defaults allow: 20 facts of maximal MySQL scopes and RAG calls with a
+/// hundred long hits, every string of control characters.
+#[test]
+fn the_written_part_of_a_result_is_bounded_by_the_defaults_in_the_worst_case() {
+    // 300 control characters escape to 1800 bytes: as long as any string gets once cut.
+    let controls = "\u{1}".repeat(300);
+    let key = |i: usize| format!("{i}{controls}");
+    let level3: Value = Value::Object(
+        (0..9)
+            .map(|i| (key(i), Value::from(controls.clone())))
+            .collect(),
+    );
+    let params: Value = Value::Object((0..9).map(|i| (key(i), level3.clone())).collect());
+    let calls: Vec<HostileCall> = (0..40)
+        .map(|i| HostileCall {
+            tool: if i % 2 == 0 { 2 } else { 0 },
+            // Distinct per call, or equal sources would collapse into one.
+            texts: vec![format!("{i}{controls}"); 6],
+            params: params.clone(),
+            items: if i % 2 == 0 { 1 } else { 100 },
+        })
+        .collect();
+    let (evidence, draft) = hostile_run(&calls);
+    let policy = ReleasePolicy::defaults();
+    let mut audit = Audit::new(HOSTILE_RUN, StopReason::InformationSaturation);
+    let Step::Finish(result) = release::begin(
+        StopReason::InformationSaturation,
+        DraftInput::Absent,
+        &evidence,
+        &policy,
+        &mut audit,
+    ) else {
+        panic!("a controlled stop finishes at once");
+    };
+    let (sources, facts) = (
+        json_len(&result.verified_sources),
+        json_len(&result.observed_facts),
+    );
+    assert!(sources <= 98304 && facts <= 98304, "{sources} {facts}");
+    assert!(sources > 64 * 1024, "the case is near the limit: {sources}");
+    assert!(sources + facts < 256 * 1024);
+    assert!(
+        !result.observed_facts.is_empty(),
+        "the most recent facts that fit are kept"
+    );
+    assert!(audit.facts_dropped > 0, "older facts were dropped to fit");
+
+    let mut audit = Audit::new(HOSTILE_RUN, StopReason::FinalAnswer);
+    let step = release::begin(
+        StopReason::FinalAnswer,
+        DraftInput::Parsed(draft),
+        &evidence,
+        &policy,
+        &mut audit,
+    );
+    let Step::Finish(result) = step else {
+        panic!("forty maximal sources cannot fit: the release fails closed");
+    };
+    assert_eq!(
+        result.fallback_type.map(|f| f.as_str()),
+        Some("EVIDENCE_VALIDATION_FAILED")
+    );
+    assert!(result.verified_sources.is_empty());
+    assert_eq!(audit.violations[0].rule.as_str(), "sources_too_large");
+    assert!(audit.repair.is_some_and(|r| !r.ran));
 }

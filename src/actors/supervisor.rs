@@ -623,7 +623,7 @@ async fn pipeline(
             stop_reason: request.stop_reason,
             draft: request.draft,
             evidence: evidence.clone(),
-            policy,
+            policy: policy.clone(),
         })
         .await
         .map_err(mailbox)?;

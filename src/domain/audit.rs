@@ -239,6 +239,14 @@ pub struct Audit {
     pub verdict: Option<VerdictAudit>,
     pub budget: BudgetUse,
     pub timings: Timings,
+    /// Observed facts left out, oldest first, so that facts and sources fit
+    /// `evidence.max_written_bytes`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub facts_dropped: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// How the release ended: the last keys of the audit record. The fenced commit chooses
@@ -315,6 +323,7 @@ impl Audit {
             verdict: None,
             budget: BudgetUse::default(),
             timings: Timings::default(),
+            facts_dropped: 0,
         }
     }
 
@@ -355,6 +364,9 @@ impl Audit {
         }
         if notes.verdict.is_some() {
             self.verdict = notes.verdict;
+        }
+        if notes.facts_dropped > 0 {
+            self.facts_dropped = notes.facts_dropped;
         }
     }
 

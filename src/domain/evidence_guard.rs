@@ -42,10 +42,12 @@ pub enum Rule {
     RecordTooLarge,
     RecordOverBudget,
     CallsWrongType,
+    DraftNamesIdentifier,
+    SourcesTooLarge,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 26] = [
+    pub const ALL: [Rule; 28] = [
         Rule::AnalysisIdBlank,
         Rule::AnalysisIdDuplicate,
         Rule::AnalysisKindUnsupported,
@@ -72,6 +74,8 @@ impl Rule {
         Rule::RecordTooLarge,
         Rule::RecordOverBudget,
         Rule::CallsWrongType,
+        Rule::DraftNamesIdentifier,
+        Rule::SourcesTooLarge,
     ];
 
     /// The rule's name: a metric label and the word operators see in the audit.
@@ -103,6 +107,8 @@ impl Rule {
             Rule::RecordTooLarge => "record_too_large",
             Rule::RecordOverBudget => "record_over_budget",
             Rule::CallsWrongType => "calls_wrong_type",
+            Rule::DraftNamesIdentifier => "draft_names_identifier",
+            Rule::SourcesTooLarge => "sources_too_large",
         }
     }
 }

@@ -3,6 +3,8 @@
 //! - [`draft`]: the Draft and its strict parser.
 //! - [`invocation`]: canonical invocation records and tool projections.
 //! - [`evidence_guard`]: EvidenceGuard rules and the no-conclusion reference review.
+//! - [`identifiers`]: the run's call ids and Redis keys, found and masked in text.
+//! - [`bounded`]: what is copied from records, masked and bounded.
 //! - [`snapshot`]: the verified snapshot, the ProgressSnapshot and verified sources.
 //! - [`repair_check`]: the comparison a repaired Draft must pass.
 //! - [`request`]: a release request and its validation.
@@ -11,9 +13,11 @@
 //! - [`audit`]: the operators' audit record.
 
 pub mod audit;
+pub mod bounded;
 pub mod budget;
 pub mod draft;
 pub mod evidence_guard;
+pub mod identifiers;
 pub mod invocation;
 pub mod release;
 pub mod repair_check;

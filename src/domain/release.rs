@@ -8,8 +8,12 @@
 use serde::{Deserialize, Serialize};
 
 use super::audit::{Audit, ReleasePath, RepairAudit, VerdictAudit};
+use super::bounded::{CopyLimits, Redactor};
 use super::draft::{Draft, DraftParseError, UserVisibleDraft};
-use super::evidence_guard::{check_concluded, review_references, RunEvidence, Violation};
+use super::evidence_guard::{
+    check_concluded, review_references, ResolvedRun, Rule, RunEvidence, Violation,
+};
+use super::identifiers::{draft_names_identifier, RunIdentifiers};
 use super::repair_check;
 use super::snapshot::{
     ObservedFact, ProgressSnapshot, SnapshotLimits, VerifiedSnapshot, VerifiedSource,
@@ -207,10 +211,27 @@ impl ReleaseResult {
 }
 
 /// Bounds the release decision needs (from configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReleasePolicy {
     pub snapshot: SnapshotLimits,
     pub max_facts: usize,
+    /// Bounds of every string and scope copied from records (`evidence.*`).
+    pub copy: CopyLimits,
+    /// `redis.key_prefix`: text naming a key of this prefix is masked in copies and breaks
+    /// EvidenceGuard in a Draft.
+    pub key_prefix: String,
+}
+
+impl ReleasePolicy {
+    /// The defaults of `config/default.toml` (tests and benches).
+    pub fn defaults() -> ReleasePolicy {
+        ReleasePolicy {
+            snapshot: SnapshotLimits::default(),
+            max_facts: 20,
+            copy: CopyLimits::default(),
+            key_prefix: "aiops".into(),
+        }
+    }
 }
 
 /// The Draft as submitted: absent (controlled stop), parsed, or unparseable.
@@ -252,53 +273,107 @@ pub fn begin(
     audit: &mut Audit,
 ) -> Step {
     let run_id = evidence.run_id.as_str();
-    let progress = |run: &super::evidence_guard::ResolvedRun| {
-        ReleaseResult::insufficient_evidence(run_id, ProgressSnapshot::build(run, policy.max_facts))
-    };
     if stop.is_controlled_stop() {
         audit.path = Some(ReleasePath::ControlledStop);
-        return Step::Finish(progress(&evidence.resolve(&[])));
+        return Step::Finish(insufficient_evidence(&evidence.resolve(&[]), policy, audit));
     }
     let draft = match draft {
         DraftInput::Parsed(d) => d,
         DraftInput::Absent => {
             audit.path = Some(ReleasePath::DraftUnparseable);
             audit.draft_error = Some("no draft was given".into());
-            return Step::Finish(progress(&evidence.resolve(&[])));
+            return Step::Finish(insufficient_evidence(&evidence.resolve(&[]), policy, audit));
         }
         DraftInput::Unparseable(e) => {
             audit.path = Some(ReleasePath::DraftUnparseable);
             audit.draft_error = Some(e.to_string());
-            return Step::Finish(progress(&evidence.resolve(&[])));
+            return Step::Finish(insufficient_evidence(&evidence.resolve(&[]), policy, audit));
         }
     };
     let cited = draft.cited_call_ids();
     let run = evidence.resolve(&cited);
+    let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
     if draft.conclusion.is_none() {
         if !draft.missing_context.is_empty()
             && draft.analyses.iter().all(|a| a.tool_call_ids.is_empty())
             && evidence.calls.is_empty()
         {
             audit.path = Some(ReleasePath::MissingContext);
-            return Step::Finish(ReleaseResult::missing_required_context(
-                run_id,
-                &draft.missing_context,
-            ));
+            // The run has no call, but the text may still name one of its Redis keys.
+            let missing: Vec<String> = draft.missing_context.iter().map(|m| ids.mask(m)).collect();
+            return Step::Finish(ReleaseResult::missing_required_context(run_id, &missing));
         }
         audit.path = Some(ReleasePath::NoConclusion);
         audit.excluded_references = review_references(&draft, &run);
-        return Step::Finish(progress(&run));
+        return Step::Finish(insufficient_evidence(&run, policy, audit));
     }
     audit.path = Some(ReleasePath::Concluded);
-    match check_concluded(&draft, &run) {
-        Ok(()) => Step::Judge(Box::new(Judgeable {
-            snapshot: VerifiedSnapshot::build(&draft, &run, &policy.snapshot),
-            draft,
-        })),
+    let checked = check_concluded(&draft, &run);
+    let named = draft_names_identifier(&draft, &ids);
+    if !named.is_empty() {
+        // A repair may not change text, so it could not remove the identifier: no repair
+        // call, and the judge never sees the text.
+        let mut violations = checked.err().unwrap_or_default();
+        violations.extend(named);
+        audit.violations = violations;
+        audit.repair = Some(RepairAudit::not_run(
+            "the draft's text names a tool call id or Redis key of this run, and a repair may not change text".into(),
+        ));
+        return Step::Finish(ReleaseResult::evidence_validation_failed(run_id));
+    }
+    match checked {
+        Ok(()) => match judgeable(draft, &run, &ids, policy) {
+            Ok(judged) => Step::Judge(Box::new(judged)),
+            Err(too_large) => {
+                audit.violations = vec![too_large];
+                audit.repair = Some(RepairAudit::not_run(
+                    "the verified sources are over evidence.max_written_bytes, which a repair cannot change".into(),
+                ));
+                Step::Finish(ReleaseResult::evidence_validation_failed(run_id))
+            }
+        },
         Err(violations) => {
             audit.violations = violations.clone();
             Step::Repair { draft, violations }
         }
+    }
+}
+
+/// INSUFFICIENT_EVIDENCE with the ProgressSnapshot of `run`.
+fn insufficient_evidence(
+    run: &ResolvedRun,
+    policy: &ReleasePolicy,
+    audit: &mut Audit,
+) -> ReleaseResult {
+    let ids = RunIdentifiers::of_run(run, &policy.key_prefix);
+    let progress =
+        ProgressSnapshot::build(run, policy.max_facts, &Redactor::new(&ids, policy.copy));
+    audit.facts_dropped = progress.facts_dropped;
+    ReleaseResult::insufficient_evidence(&run.run_id, progress)
+}
+
+/// A Draft that passed EvidenceGuard with its verified snapshot, or the `sources_too_large`
+/// violation when the result's `verified_sources` would be over `evidence.max_written_bytes`
+/// (the release then fails closed before the judge).
+fn judgeable(
+    draft: Draft,
+    run: &ResolvedRun,
+    ids: &RunIdentifiers,
+    policy: &ReleasePolicy,
+) -> Result<Judgeable, Violation> {
+    let redact = Redactor::new(ids, policy.copy);
+    let snapshot = VerifiedSnapshot::build(&draft, run, &policy.snapshot, &redact);
+    let max = policy.copy.max_written_bytes;
+    match snapshot.verified_sources_within(max) {
+        Ok(_) => Ok(Judgeable { draft, snapshot }),
+        Err(size) => Err(Violation {
+            rule: Rule::SourcesTooLarge,
+            at: "verified_sources".into(),
+            tool_call_id: None,
+            detail: format!(
+                "the verified sources take over {max} bytes of JSON (evidence.max_written_bytes): {size} bytes before the count stopped"
+            ),
+        }),
     }
 }
 
@@ -331,18 +406,26 @@ pub fn after_repair(
         return Step::Finish(ReleaseResult::evidence_validation_failed(run_id));
     }
     let run = evidence.resolve(&candidate.cited_call_ids());
-    match check_concluded(&candidate, &run) {
-        Ok(()) => {
+    // The candidate may cite calls the original did not, whose ids its text may name.
+    let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
+    let mut violations = check_concluded(&candidate, &run).err().unwrap_or_default();
+    violations.extend(draft_names_identifier(&candidate, &ids));
+    if !violations.is_empty() {
+        audit.repair = Some(RepairAudit::rejected(
+            "the repaired draft still fails EvidenceGuard".into(),
+            violations,
+        ));
+        return Step::Finish(ReleaseResult::evidence_validation_failed(run_id));
+    }
+    match judgeable(candidate, &run, &ids, policy) {
+        Ok(judged) => {
             audit.repair = Some(RepairAudit::accepted());
-            Step::Judge(Box::new(Judgeable {
-                snapshot: VerifiedSnapshot::build(&candidate, &run, &policy.snapshot),
-                draft: candidate,
-            }))
+            Step::Judge(Box::new(judged))
         }
-        Err(violations) => {
+        Err(too_large) => {
             audit.repair = Some(RepairAudit::rejected(
-                "the repaired draft still fails EvidenceGuard".into(),
-                violations,
+                "the repaired draft's verified sources are over evidence.max_written_bytes".into(),
+                vec![too_large],
             ));
             Step::Finish(ReleaseResult::evidence_validation_failed(run_id))
         }
@@ -391,10 +474,7 @@ mod tests {
     use serde_json::json;
 
     fn policy() -> ReleasePolicy {
-        ReleasePolicy {
-            snapshot: SnapshotLimits::default(),
-            max_facts: 20,
-        }
+        ReleasePolicy::defaults()
     }
 
     fn start(stop: StopReason, draft: DraftInput, evidence: &RunEvidence) -> (Step, Audit) {
@@ -623,15 +703,126 @@ mod tests {
     }
 
     #[test]
-    fn judgements_map_to_outcomes() {
-        let judged = Judgeable {
-            snapshot: VerifiedSnapshot::build(
-                &good_draft(),
-                &run_evidence().resolve(&good_draft().cited_call_ids()),
-                &SnapshotLimits::default(),
-            ),
-            draft: good_draft(),
+    fn a_draft_naming_a_call_id_or_key_ends_without_repair_or_review() {
+        for text in ["As c-sql showed.", "See aiops:run:{r}:call:c-sql."] {
+            let mut draft = good_draft();
+            draft.recommendations[0].text = text.into();
+            draft.analyses[1].tool_call_ids = vec!["c-ghost".into()];
+            let (step, audit) = start(
+                StopReason::FinalAnswer,
+                DraftInput::Parsed(draft),
+                &run_evidence(),
+            );
+            let result = finished(step);
+            assert_eq!(
+                result.fallback_type,
+                Some(FallbackType::EvidenceValidationFailed)
+            );
+            let rules: Vec<_> = audit.violations.iter().map(|v| v.rule).collect();
+            assert_eq!(
+                rules,
+                vec![Rule::CallMissing, Rule::DraftNamesIdentifier],
+                "every violation is reported"
+            );
+            let repair = audit.repair.unwrap();
+            assert!(!repair.ran && repair.reason.contains("may not change text"));
+        }
+    }
+
+    #[test]
+    fn a_fabricated_id_named_in_the_text_is_not_the_runs() {
+        let mut draft = good_draft();
+        draft.limitations = vec!["c-ghost was never run".into()];
+        let (step, _) = start(
+            StopReason::FinalAnswer,
+            DraftInput::Parsed(draft),
+            &run_evidence(),
+        );
+        assert!(matches!(step, Step::Judge(_)));
+    }
+
+    #[test]
+    fn a_repair_whose_text_names_a_newly_cited_call_is_rejected() {
+        // c-extra has a record under the run but is neither listed nor cited by the
+        // original: only the candidate's citation makes it one of the run's ids.
+        let mut evidence = run_evidence();
+        evidence
+            .records
+            .insert("c-extra".into(), log_found("r", "c-extra"));
+        let mut original = good_draft();
+        original.analyses[0].tool_call_ids = vec!["c-lg".into()];
+        original.limitations = vec!["c-extra is not shown.".into()];
+        let mut candidate = original.clone();
+        candidate.analyses[0].tool_call_ids = vec!["c-extra".into()];
+        let mut audit = Audit::new("r", StopReason::FinalAnswer);
+        let step = after_repair(&original, Ok(candidate), &evidence, &policy(), &mut audit);
+        assert_eq!(
+            finished(step).fallback_type,
+            Some(FallbackType::EvidenceValidationFailed)
+        );
+        let repair = audit.repair.unwrap();
+        assert_eq!(repair.violations_after[0].rule, Rule::DraftNamesIdentifier);
+    }
+
+    #[test]
+    fn sources_over_the_written_limit_fail_closed_before_review() {
+        let tight = ReleasePolicy {
+            copy: CopyLimits {
+                max_written_bytes: 100,
+                ..CopyLimits::default()
+            },
+            ..policy()
         };
+        let mut audit = Audit::new("r", StopReason::FinalAnswer);
+        let step = begin(
+            StopReason::FinalAnswer,
+            DraftInput::Parsed(good_draft()),
+            &run_evidence(),
+            &tight,
+            &mut audit,
+        );
+        let result = finished(step);
+        assert_eq!(
+            result.fallback_type,
+            Some(FallbackType::EvidenceValidationFailed)
+        );
+        assert!(result.verified_sources.is_empty());
+        assert_eq!(audit.violations[0].rule, Rule::SourcesTooLarge);
+        assert!(!audit.repair.unwrap().ran);
+        // The same limit on the progress path drops facts instead.
+        let mut audit = Audit::new("r", StopReason::BudgetExhausted);
+        let step = begin(
+            StopReason::BudgetExhausted,
+            DraftInput::Absent,
+            &run_evidence(),
+            &tight,
+            &mut audit,
+        );
+        let result = finished(step);
+        assert!(result.observed_facts.is_empty());
+        assert_eq!(audit.facts_dropped, 3);
+    }
+
+    #[test]
+    fn missing_context_never_shows_a_redis_key() {
+        let draft = json!({"conclusion": null, "analyses": [],
+                           "missing_context": ["Which run? aiops:run:{r}:calls is empty."]});
+        let empty = RunEvidence {
+            run_id: "r".into(),
+            ..RunEvidence::default()
+        };
+        let result = finished(start(StopReason::FinalAnswer, parsed(draft), &empty).0);
+        assert_eq!(
+            result.missing_context,
+            vec!["Which run? [redis key] is empty."]
+        );
+    }
+
+    #[test]
+    fn judgements_map_to_outcomes() {
+        let run = run_evidence().resolve(&good_draft().cited_call_ids());
+        let ids = RunIdentifiers::of_run(&run, "aiops");
+        let judged = judgeable(good_draft(), &run, &ids, &policy()).unwrap();
         let mut audit = Audit::new("r", StopReason::FinalAnswer);
         let ok = after_judgement(
             "r",

@@ -4,13 +4,15 @@
 //! passed EvidenceGuard, grouped by analysis id, bounded, with no tool call id, Redis key,
 //! raw response or uncited call), [`ProgressSnapshot::build`] (the run's usable calls as
 //! observed facts with summaries written by the harness) and the `verified_sources` lists
-//! of CONTRACT §3.
+//! of CONTRACT §3. Every string they copy from a record goes through a [`Redactor`]:
+//! masked and bounded (`evidence.*`), so the shown scope is not the record's scope verbatim.
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 use serde_json::Value;
 
+use super::bounded::{json_len, Redactor};
 use super::draft::{AnalysisKind, Draft};
 use super::evidence_guard::ResolvedRun;
 use super::invocation::{EvidenceStatus, Projection, ToolName, UsableCall};
@@ -126,24 +128,10 @@ pub struct SnapshotLogEntry {
     pub message_truncated: bool,
 }
 
-/// Cuts `text` to at most `max` characters; says whether it did.
-fn bounded(text: &str, max: usize) -> (String, bool) {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => (text[..cut].to_string(), true),
-        None => (text.to_string(), false),
-    }
-}
-
-fn bounded_cell(cell: &Value, max: usize) -> Value {
-    match cell {
-        Value::String(s) => Value::String(bounded(s, max).0),
-        Value::Array(_) | Value::Object(_) => Value::String(bounded(&cell.to_string(), max).0),
-        other => other.clone(),
-    }
-}
-
 impl EvidenceItem {
-    fn from_call(call: &UsableCall, limits: &SnapshotLimits) -> EvidenceItem {
+    fn from_call(call: &UsableCall, limits: &SnapshotLimits, redact: &Redactor) -> EvidenceItem {
+        let text = |s: &str| redact.text(s);
+        let optional = |s: &Option<String>| s.as_deref().map(text);
         let data = match &call.projection {
             Projection::Rag(p) => EvidenceData::Rag {
                 hits: p
@@ -152,13 +140,13 @@ impl EvidenceItem {
                     .take(limits.max_entries_per_call)
                     .map(|h| {
                         let (excerpt, excerpt_truncated) =
-                            bounded(&h.excerpt, limits.max_excerpt_chars);
+                            redact.excerpt(&h.excerpt, limits.max_excerpt_chars);
                         SnapshotHit {
-                            source: h.doc_id.clone(),
-                            title: h.title.clone(),
+                            source: text(&h.doc_id),
+                            title: optional(&h.title),
                             excerpt,
                             excerpt_truncated,
-                            updated_at: h.updated_at.clone(),
+                            updated_at: optional(&h.updated_at),
                             score: h.score,
                         }
                     })
@@ -166,7 +154,7 @@ impl EvidenceItem {
                 hits_omitted: p.hits.len().saturating_sub(limits.max_entries_per_call),
             },
             Projection::Log(p) => EvidenceData::Log {
-                source: p.scope.service.clone(),
+                source: text(&p.scope.service),
                 total_matches: p.total_matches,
                 entries: p
                     .entries
@@ -174,11 +162,11 @@ impl EvidenceItem {
                     .take(limits.max_entries_per_call)
                     .map(|e| {
                         let (message, message_truncated) =
-                            bounded(&e.message, limits.max_excerpt_chars);
+                            redact.excerpt(&e.message, limits.max_excerpt_chars);
                         SnapshotLogEntry {
-                            timestamp: e.timestamp.clone(),
-                            host: e.host.clone(),
-                            level: e.level.clone(),
+                            timestamp: text(&e.timestamp),
+                            host: optional(&e.host),
+                            level: optional(&e.level),
                             message,
                             message_truncated,
                         }
@@ -187,15 +175,15 @@ impl EvidenceItem {
                 entries_omitted: p.entries.len().saturating_sub(limits.max_entries_per_call),
             },
             Projection::Mysql(p) => EvidenceData::Mysql {
-                source: p.scope.datasource.clone(),
-                columns: p.columns.clone(),
+                source: text(&p.scope.datasource),
+                columns: p.columns.iter().map(|c| text(c)).collect(),
                 rows: p
                     .rows
                     .iter()
                     .take(limits.max_rows_per_call)
                     .map(|row| {
                         row.iter()
-                            .map(|c| bounded_cell(c, limits.max_excerpt_chars))
+                            .map(|c| redact.cell(c, limits.max_excerpt_chars))
                             .collect()
                     })
                     .collect(),
@@ -206,8 +194,8 @@ impl EvidenceItem {
         EvidenceItem {
             tool: call.tool,
             evidence_status: call.evidence_status,
-            scope: call.scope.clone(),
-            observed_at: call.finished_at.clone(),
+            scope: redact.scope(&call.scope),
+            observed_at: optional(&call.finished_at),
             data,
         }
     }
@@ -226,7 +214,12 @@ impl EvidenceItem {
 impl VerifiedSnapshot {
     /// Builds the snapshot of a Draft that passed EvidenceGuard. Calls that are not usable
     /// (impossible after a pass, but never trusted) are left out.
-    pub fn build(draft: &Draft, run: &ResolvedRun, limits: &SnapshotLimits) -> VerifiedSnapshot {
+    pub fn build(
+        draft: &Draft,
+        run: &ResolvedRun,
+        limits: &SnapshotLimits,
+        redact: &Redactor,
+    ) -> VerifiedSnapshot {
         VerifiedSnapshot {
             analyses: draft
                 .analyses
@@ -238,7 +231,7 @@ impl VerifiedSnapshot {
                         .tool_call_ids
                         .iter()
                         .filter_map(|id| run.usable.get(id))
-                        .map(|call| EvidenceItem::from_call(call, limits))
+                        .map(|call| EvidenceItem::from_call(call, limits, redact))
                         .collect(),
                 })
                 .collect(),
@@ -247,6 +240,12 @@ impl VerifiedSnapshot {
 
     /// `verified_sources` in citation order, one per distinct (tool, source, scope).
     pub fn verified_sources(&self) -> Vec<VerifiedSource> {
+        self.verified_sources_within(usize::MAX).unwrap_or_default()
+    }
+
+    /// [`VerifiedSnapshot::verified_sources`] if their JSON takes at most `max_bytes`;
+    /// else how many bytes it took to find out it does not.
+    pub fn verified_sources_within(&self, max_bytes: usize) -> Result<Vec<VerifiedSource>, usize> {
         distinct_sources(
             self.analyses
                 .iter()
@@ -256,17 +255,22 @@ impl VerifiedSnapshot {
                         .into_iter()
                         .map(move |s| (item.tool, s, &item.scope))
                 }),
+            max_bytes,
         )
     }
 }
 
+/// The distinct (tool, source, scope) candidates in order, while their JSON array takes at
+/// most `max_bytes`; past that, `Err` with the size reached (and no more work done).
 fn distinct_sources<'a>(
     candidates: impl Iterator<Item = (ToolName, &'a str, &'a Value)>,
-) -> Vec<VerifiedSource> {
+    max_bytes: usize,
+) -> Result<Vec<VerifiedSource>, usize> {
     // Scopes are compared as JSON values (Value has no Hash): per (tool, source), the
     // scopes already taken. Only a distinct source is copied.
     let mut seen: HashMap<(ToolName, &str), Vec<&Value>> = HashMap::new();
     let mut out = Vec::new();
+    let mut size = 2usize; // []
     for (tool, source, scope) in candidates {
         let scopes = seen.entry((tool, source)).or_default();
         // A call's hits share one scope: the pointer test spares the value comparison.
@@ -275,14 +279,19 @@ fn distinct_sources<'a>(
             .any(|s| std::ptr::eq(*s, scope) || *s == scope)
         {
             scopes.push(scope);
-            out.push(VerifiedSource {
+            let entry = VerifiedSource {
                 tool,
                 source: source.to_string(),
                 scope: scope.clone(),
-            });
+            };
+            size = size.saturating_add(json_len(&entry) + usize::from(!out.is_empty()));
+            if size > max_bytes {
+                return Err(size);
+            }
+            out.push(entry);
         }
     }
-    out
+    Ok(out)
 }
 
 /// One observed fact of an INSUFFICIENT_EVIDENCE result.
@@ -295,46 +304,84 @@ pub struct ObservedFact {
     pub summary: String,
 }
 
-/// The run's completed, verified checks: the most recent `max_facts` usable calls.
+/// The run's completed, verified checks: the most recent `max_facts` usable calls, fewer if
+/// their facts or sources would take more than `evidence.max_written_bytes` of JSON.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProgressSnapshot {
     pub facts: Vec<ObservedFact>,
     pub verified_sources: Vec<VerifiedSource>,
+    /// The oldest facts left out so that facts and sources fit (for the audit).
+    pub facts_dropped: usize,
 }
 
 impl ProgressSnapshot {
-    pub fn build(run: &ResolvedRun, max_facts: usize) -> ProgressSnapshot {
+    pub fn build(run: &ResolvedRun, max_facts: usize, redact: &Redactor) -> ProgressSnapshot {
         let usable = run.usable_in_call_order();
         let recent = &usable[usable.len().saturating_sub(max_facts)..];
-        ProgressSnapshot {
-            facts: recent
-                .iter()
-                .map(|call| ObservedFact {
+        // Each call bounded once: its fact, and its sources with the same bounded scope.
+        let shown: Vec<(ObservedFact, Vec<String>)> = recent
+            .iter()
+            .map(|call| {
+                let fact = ObservedFact {
                     tool: call.tool,
                     evidence_status: call.evidence_status,
-                    scope: call.scope.clone(),
-                    summary: summarize(call),
-                })
-                .collect(),
-            verified_sources: distinct_sources(recent.iter().flat_map(|call| {
-                call.projection
+                    scope: redact.scope(&call.scope),
+                    summary: summarize(call, redact),
+                };
+                let sources = call
+                    .projection
                     .sources()
                     .into_iter()
-                    .map(move |s| (call.tool, s, &call.scope))
-            })),
+                    .map(|s| redact.text(s))
+                    .collect();
+                (fact, sources)
+            })
+            .collect();
+        let fact_sizes: Vec<usize> = shown.iter().map(|(fact, _)| json_len(fact)).collect();
+        let max_bytes = redact.limits.max_written_bytes;
+        // The oldest facts go first until facts and sources both fit.
+        for start in 0..=shown.len() {
+            let kept = &shown[start..];
+            let facts_size =
+                2 + fact_sizes[start..].iter().sum::<usize>() + kept.len().saturating_sub(1);
+            if facts_size > max_bytes {
+                continue;
+            }
+            let sources = distinct_sources(
+                kept.iter().flat_map(|(fact, sources)| {
+                    sources
+                        .iter()
+                        .map(move |s| (fact.tool, s.as_str(), &fact.scope))
+                }),
+                max_bytes,
+            );
+            if let Ok(verified_sources) = sources {
+                return ProgressSnapshot {
+                    facts: kept.iter().map(|(fact, _)| fact.clone()).collect(),
+                    verified_sources,
+                    facts_dropped: start,
+                };
+            }
+        }
+        ProgressSnapshot {
+            facts: Vec::new(),
+            verified_sources: Vec::new(),
+            facts_dropped: shown.len(),
         }
     }
 }
 
 /// A one-line account of a completed check, written from the record alone, e.g.
-/// `log_search in order-api, level:ERROR AND timeout, 10:00–11:00: 132 matches`.
-pub fn summarize(call: &UsableCall) -> String {
+/// `log_search in order-api, level:ERROR AND timeout, 10:00–11:00: 132 matches`. Every part
+/// taken from the record is masked and bounded on its own.
+pub fn summarize(call: &UsableCall, redact: &Redactor) -> String {
+    let text = |s: &str| redact.text(s);
     match &call.projection {
         Projection::Log(p) => format!(
             "log_search in {}, {}, {}: {}",
-            p.scope.service,
-            p.scope.query,
-            window(&p.scope.from, &p.scope.to),
+            text(&p.scope.service),
+            text(&p.scope.query),
+            window(&p.scope.from, &p.scope.to, redact),
             plural(p.total_matches, "match", "matches")
         ),
         Projection::Rag(p) => {
@@ -342,9 +389,9 @@ pub fn summarize(call: &UsableCall) -> String {
                 .scope
                 .index
                 .as_deref()
-                .map(|i| format!(" in {i}"))
+                .map(|i| format!(" in {}", text(i)))
                 .unwrap_or_default();
-            let docs: Vec<&str> = p.hits.iter().map(|h| h.doc_id.as_str()).take(5).collect();
+            let docs: Vec<String> = p.hits.iter().take(5).map(|h| text(&h.doc_id)).collect();
             let listed = if docs.is_empty() {
                 String::new()
             } else {
@@ -352,19 +399,19 @@ pub fn summarize(call: &UsableCall) -> String {
             };
             format!(
                 "rag_search{place}, {}: {}{listed}",
-                p.scope.query,
+                text(&p.scope.query),
                 plural(p.hits.len() as u64, "hit", "hits")
             )
         }
         Projection::Mysql(p) => {
             let when = match (&p.scope.from, &p.scope.to) {
-                (Some(from), Some(to)) => format!(", {}", window(from, to)),
+                (Some(from), Some(to)) => format!(", {}", window(from, to, redact)),
                 _ => String::new(),
             };
             format!(
                 "mysql_query on {}, {}{when}: {}",
-                p.scope.datasource,
-                p.scope.statement,
+                text(&p.scope.datasource),
+                text(&p.scope.statement),
                 plural(p.row_count, "row", "rows")
             )
         }
@@ -375,8 +422,8 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// `10:00–11:00` within one UTC day, full dates otherwise, the raw text if unparseable.
-fn window(from: &str, to: &str) -> String {
+/// `10:00–11:00` within one UTC day, full dates otherwise, the (bounded) text if unparseable.
+fn window(from: &str, to: &str, redact: &Redactor) -> String {
     use chrono::{DateTime, Timelike, Utc};
     let parse = |s: &str| DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc));
     match (parse(from), parse(to)) {
@@ -400,21 +447,39 @@ fn window(from: &str, to: &str) -> String {
                 )
             }
         }
-        _ => format!("{from}–{to}"),
+        _ => format!("{}–{}", redact.text(from), redact.text(to)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::bounded::CopyLimits;
     use crate::domain::evidence_guard::tests::{good_draft, run_evidence};
+    use crate::domain::identifiers::RunIdentifiers;
     use crate::domain::invocation::tests::record;
     use serde_json::json;
+
+    /// The snapshot of `draft` on `run` with the default limits and the run's identifiers.
+    fn build(draft: &Draft, run: &ResolvedRun, limits: &SnapshotLimits) -> VerifiedSnapshot {
+        let ids = RunIdentifiers::of_run(run, "aiops");
+        VerifiedSnapshot::build(
+            draft,
+            run,
+            limits,
+            &Redactor::new(&ids, CopyLimits::default()),
+        )
+    }
+
+    fn progress(run: &ResolvedRun, max_facts: usize, limits: CopyLimits) -> ProgressSnapshot {
+        let ids = RunIdentifiers::of_run(run, "aiops");
+        ProgressSnapshot::build(run, max_facts, &Redactor::new(&ids, limits))
+    }
 
     fn snapshot() -> VerifiedSnapshot {
         let draft = good_draft();
         let run = run_evidence().resolve(&draft.cited_call_ids());
-        VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default())
+        build(&draft, &run, &SnapshotLimits::default())
     }
 
     #[test]
@@ -459,12 +524,7 @@ mod tests {
         );
         let draft = good_draft();
         let run = evidence.resolve(&draft.cited_call_ids());
-        let text = serde_json::to_string(&VerifiedSnapshot::build(
-            &draft,
-            &run,
-            &SnapshotLimits::default(),
-        ))
-        .unwrap();
+        let text = serde_json::to_string(&build(&draft, &run, &SnapshotLimits::default())).unwrap();
         for canary in [
             "c-log",
             "c-sql",
@@ -502,17 +562,13 @@ mod tests {
             max_entries_per_call: 3,
             max_rows_per_call: 2,
         };
-        let snap = serde_json::to_value(VerifiedSnapshot::build(&draft, &run, &limits)).unwrap();
+        let snap = serde_json::to_value(build(&draft, &run, &limits)).unwrap();
         let item = &snap["analyses"][0]["evidence"][0];
         assert_eq!(item["entries"].as_array().unwrap().len(), 3);
         assert_eq!(item["entries_omitted"], 27);
         assert_eq!(
-            item["entries"][0]["message"]
-                .as_str()
-                .unwrap()
-                .chars()
-                .count(),
-            100
+            item["entries"][0]["message"],
+            format!("0{}…[truncated]", "x".repeat(99))
         );
         assert_eq!(item["entries"][0]["message_truncated"], true);
     }
@@ -523,8 +579,7 @@ mod tests {
         draft.analyses[1].tool_call_ids = vec!["c-sql".into()];
         draft.analyses[0].tool_call_ids = vec!["c-rag".into(), "c-log".into(), "c-rag".into()];
         let run = run_evidence().resolve(&draft.cited_call_ids());
-        let sources =
-            VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default()).verified_sources();
+        let sources = build(&draft, &run, &SnapshotLimits::default()).verified_sources();
         let got: Vec<_> = sources
             .iter()
             .map(|s| (s.tool.as_str(), s.source.as_str()))
@@ -561,7 +616,9 @@ mod tests {
                 (ToolName::LogSearch, "order-api", &a),
             ]
             .into_iter(),
-        );
+            usize::MAX,
+        )
+        .unwrap();
         let got: Vec<_> = sources
             .iter()
             .map(|s| (s.tool, s.source.as_str(), s.scope["limit"].as_u64()))
@@ -579,8 +636,8 @@ mod tests {
     #[test]
     fn progress_snapshot_keeps_the_most_recent_usable_calls_with_summaries() {
         let run = run_evidence().resolve(&[]);
-        let progress = ProgressSnapshot::build(&run, 2);
-        let summaries: Vec<_> = progress.facts.iter().map(|f| f.summary.as_str()).collect();
+        let recent = progress(&run, 2, CopyLimits::default());
+        let summaries: Vec<_> = recent.facts.iter().map(|f| f.summary.as_str()).collect();
         assert_eq!(
             summaries,
             vec![
@@ -588,7 +645,7 @@ mod tests {
                 "rag_search in runbooks, order-api timeout runbook: 1 hit (kb-123)",
             ]
         );
-        let all = ProgressSnapshot::build(&run, 20);
+        let all = progress(&run, 20, CopyLimits::default());
         assert_eq!(
             all.facts[0].summary,
             "log_search in order-api, level:ERROR AND timeout, 10:00–11:00: 132 matches"
@@ -602,11 +659,134 @@ mod tests {
     }
 
     #[test]
-    fn windows_across_days_show_dates() {
+    fn what_the_snapshot_copies_is_masked_and_bounded() {
+        let long = "h".repeat(1000);
+        let log = record(
+            "r",
+            "c-new",
+            "log_search",
+            "EVIDENCE_FOUND",
+            json!({"tool": "log_search", "tool_call_id": "c-new", "evidence_status": "EVIDENCE_FOUND",
+                   "scope": {"service": "svc c-sql", "query": "aiops:run:{r}:call:c-log", "from": "a",
+                             "to": "b", "limit": 1},
+                   "total_matches": 1,
+                   "entries": [{"timestamp": "c-rag", "host": long, "message": "see c-log"}]}),
+        );
+        let sql = record(
+            "r",
+            "c-sql2",
+            "mysql_query",
+            "EVIDENCE_FOUND",
+            json!({"tool": "mysql_query", "tool_call_id": "c-sql2", "evidence_status": "EVIDENCE_FOUND",
+                   "scope": {"datasource": "db", "statement": "s", "max_rows": 1},
+                   "columns": ["c-log", "x"], "rows": [["aiops:release:{r}", {"k": "c-new"}]],
+                   "row_count": 1}),
+        );
+        let mut evidence = run_evidence();
+        evidence.records.insert("c-new".into(), log);
+        evidence.records.insert("c-sql2".into(), sql);
+        let mut draft = good_draft();
+        draft.analyses[0].tool_call_ids = vec!["c-new".into(), "c-sql2".into()];
+        let run = evidence.resolve(&draft.cited_call_ids());
+        let snap = serde_json::to_value(build(&draft, &run, &SnapshotLimits::default())).unwrap();
+        let item = &snap["analyses"][0]["evidence"][0];
+        assert_eq!(item["source"], "svc [call id]");
+        assert_eq!(item["scope"]["query"], "[redis key]");
+        assert_eq!(item["entries"][0]["timestamp"], "[call id]");
         assert_eq!(
-            window("2026-12-01T23:00:00Z", "2026-12-02T01:30:15Z"),
+            item["entries"][0]["host"],
+            format!("{}…[truncated]", "h".repeat(256))
+        );
+        assert_eq!(item["entries"][0]["message"], "see [call id]");
+        let sql = &snap["analyses"][0]["evidence"][1];
+        assert_eq!(sql["columns"], json!(["[call id]", "x"]));
+        assert_eq!(
+            sql["rows"],
+            json!([["[redis key]", "{\"k\":\"[call id]\"}"]])
+        );
+        let text = snap.to_string();
+        for id in ["c-log", "c-sql", "c-rag", "c-new", "aiops:"] {
+            assert!(!text.contains(id), "{id} in {text}");
+        }
+    }
+
+    #[test]
+    fn sources_past_the_written_limit_are_refused() {
+        let snap = snapshot();
+        let all = snap.verified_sources();
+        assert_eq!(
+            snap.verified_sources_within(json_len(&all)),
+            Ok(all.clone())
+        );
+        assert!(snap.verified_sources_within(json_len(&all) - 1).is_err());
+    }
+
+    #[test]
+    fn progress_drops_the_oldest_facts_until_facts_and_sources_fit() {
+        let run = run_evidence().resolve(&[]);
+        let all = progress(&run, 20, CopyLimits::default());
+        assert_eq!(all.facts_dropped, 0);
+        let sizes: Vec<usize> = all.facts.iter().map(json_len).collect();
+        let room_for_two = CopyLimits {
+            max_written_bytes: 2 + sizes[1] + 1 + sizes[2],
+            ..CopyLimits::default()
+        };
+        let limited = progress(&run, 20, room_for_two);
+        assert_eq!(limited.facts, all.facts[1..]);
+        assert_eq!(limited.facts_dropped, 1);
+        let sources: Vec<_> = limited
+            .verified_sources
+            .iter()
+            .map(|s| s.source.as_str())
+            .collect();
+        assert_eq!(
+            sources,
+            ["orders-db", "kb-123"],
+            "the sources of the facts kept"
+        );
+        let no_room = CopyLimits {
+            max_written_bytes: 10,
+            ..CopyLimits::default()
+        };
+        let none = progress(&run, 20, no_room);
+        assert!(none.facts.is_empty() && none.verified_sources.is_empty());
+        assert_eq!(none.facts_dropped, 3);
+    }
+
+    #[test]
+    fn summaries_are_written_from_masked_and_bounded_parts() {
+        let rec = record(
+            "r",
+            "c-new",
+            "log_search",
+            "NO_EVIDENCE",
+            json!({"tool": "log_search", "tool_call_id": "c-new", "evidence_status": "NO_EVIDENCE",
+                   "scope": {"service": "svc", "query": format!("c-log {}", "q".repeat(300)),
+                             "from": "aiops:run:{r}:calls", "to": "now", "limit": 1},
+                   "total_matches": 0, "entries": []}),
+        );
+        let mut evidence = run_evidence();
+        evidence.records.insert("c-new".into(), rec);
+        evidence.calls.push("c-new".into());
+        let facts = progress(&evidence.resolve(&[]), 20, CopyLimits::default()).facts;
+        assert_eq!(
+            facts[3].summary,
+            format!(
+                "log_search in svc, [call id] {}…[truncated], [redis key]–now: 0 matches",
+                "q".repeat(246)
+            )
+        );
+    }
+
+    #[test]
+    fn windows_across_days_show_dates() {
+        let ids = RunIdentifiers::new(["c-1"], "aiops");
+        let redact = Redactor::new(&ids, CopyLimits::default());
+        assert_eq!(
+            window("2026-12-01T23:00:00Z", "2026-12-02T01:30:15Z", &redact),
             "2026-12-01 23:00–2026-12-02 01:30:15"
         );
-        assert_eq!(window("yesterday", "now"), "yesterday–now");
+        assert_eq!(window("yesterday", "now", &redact), "yesterday–now");
+        assert_eq!(window("after c-1", "now", &redact), "after [call id]–now");
     }
 }

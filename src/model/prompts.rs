@@ -267,7 +267,9 @@ pub fn repair_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::bounded::{CopyLimits, Redactor};
     use crate::domain::evidence_guard::tests::{good_draft, run_evidence};
+    use crate::domain::identifiers::RunIdentifiers;
     use crate::domain::snapshot::SnapshotLimits;
 
     fn shape(mode: StructuredOutput) -> RequestShape<'static> {
@@ -281,7 +283,9 @@ mod tests {
     fn semantic(mode: StructuredOutput) -> Value {
         let draft = good_draft();
         let run = run_evidence().resolve(&draft.cited_call_ids());
-        let snapshot = VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default());
+        let ids = RunIdentifiers::of_run(&run, "aiops");
+        let redact = Redactor::new(&ids, CopyLimits::default());
+        let snapshot = VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default(), &redact);
         let req =
             semantic_request(&shape(mode), "Why timeouts?", &draft, &snapshot, "n0nce").unwrap();
         serde_json::from_str(req.body().get()).unwrap()

@@ -1,0 +1,352 @@
+//! What the harness copies from the agent's records into results and into the verified
+//! snapshot: every string masked (the run's call ids and Redis keys, see
+//! [`super::identifiers`]) and then cut to a bounded JSON size with a visible marker;
+//! scopes bounded in entries and depth (CONTRACT §1, config `evidence.*`). The same input
+//! always gives the same output.
+//!
+//! Entry points: [`Redactor::text`], [`Redactor::excerpt`], [`Redactor::cell`],
+//! [`Redactor::scope`] and [`json_len`].
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::identifiers::RunIdentifiers;
+
+/// The end of every string that was cut.
+pub const TRUNCATED: &str = "…[truncated]";
+/// What stands for entries or nesting left out of a scope.
+pub const ELIDED: &str = "…";
+/// A string that, even masked, would still show an identifier (only with call ids that
+/// end in punctuation or equal a word of a mask); it is replaced whole.
+pub const MASKED: &str = "[masked]";
+/// Nesting levels kept of a scope: the scope is level 1 (its `params` level 2); an array
+/// or object at this level or deeper becomes [`ELIDED`].
+pub const MAX_SCOPE_DEPTH: usize = 4;
+
+/// Limits on what is copied from records (config `evidence.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyLimits {
+    /// Longest copied string, in bytes of its JSON-escaped form (without quotes), before
+    /// [`TRUNCATED`] is appended.
+    pub max_string_bytes: usize,
+    /// Entries kept of one array or object inside a scope.
+    pub max_scope_items: usize,
+    /// Largest JSON size of `verified_sources`, and of `observed_facts`, of one result.
+    pub max_written_bytes: usize,
+}
+
+impl Default for CopyLimits {
+    fn default() -> Self {
+        CopyLimits {
+            max_string_bytes: 256,
+            max_scope_items: 8,
+            max_written_bytes: 98304,
+        }
+    }
+}
+
+/// Bytes of `c` inside a JSON string as serde_json writes it.
+pub fn escaped_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{08}' | '\u{0c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// Bytes of `value` as compact JSON.
+pub fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    serde_json::to_vec(value)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX)
+}
+
+/// Masks and bounds strings copied from one run's records.
+#[derive(Debug, Clone, Copy)]
+pub struct Redactor<'a> {
+    pub ids: &'a RunIdentifiers,
+    pub limits: CopyLimits,
+}
+
+impl<'a> Redactor<'a> {
+    pub fn new(ids: &'a RunIdentifiers, limits: CopyLimits) -> Redactor<'a> {
+        Redactor { ids, limits }
+    }
+
+    /// A string copied from a record: masked, then cut to `max_string_bytes`.
+    pub fn text(&self, text: &str) -> String {
+        self.cut(text, usize::MAX).0
+    }
+
+    /// An excerpt, log message or cell of the snapshot: masked, then cut to `max_chars`
+    /// characters and to `max_string_bytes`. Says whether it was cut.
+    pub fn excerpt(&self, text: &str, max_chars: usize) -> (String, bool) {
+        self.cut(text, max_chars)
+    }
+
+    /// A MySQL cell: strings as excerpts, arrays and objects as their bounded JSON text.
+    pub fn cell(&self, cell: &Value, max_chars: usize) -> Value {
+        match cell {
+            Value::String(s) => Value::String(self.excerpt(s, max_chars).0),
+            Value::Array(_) | Value::Object(_) => {
+                Value::String(self.excerpt(&cell.to_string(), max_chars).0)
+            }
+            other => other.clone(),
+        }
+    }
+
+    /// A projection's scope: keys and strings as [`Redactor::text`], every array or object
+    /// below the scope itself cut to its first `max_scope_items` entries (objects in their
+    /// written order) plus a last entry saying how many were left out (`"… N more"` in an
+    /// array, `"…": "N more"` in an object), and nothing nested deeper than
+    /// [`MAX_SCOPE_DEPTH`] levels.
+    pub fn scope(&self, scope: &Value) -> Value {
+        self.scope_value(scope, 1)
+    }
+
+    fn scope_value(&self, value: &Value, level: usize) -> Value {
+        // The scope's own keys are the projection's fixed fields: only what is below them
+        // is cut by count.
+        let keep = if level == 1 {
+            usize::MAX
+        } else {
+            self.limits.max_scope_items
+        };
+        match value {
+            Value::String(s) => Value::String(self.text(s)),
+            Value::Array(_) | Value::Object(_) if level >= MAX_SCOPE_DEPTH => {
+                Value::String(ELIDED.into())
+            }
+            Value::Array(items) => {
+                let mut out: Vec<Value> = items
+                    .iter()
+                    .take(keep)
+                    .map(|item| self.scope_value(item, level + 1))
+                    .collect();
+                let left_out = items.len().saturating_sub(keep);
+                if left_out > 0 {
+                    out.push(Value::String(format!("{ELIDED} {left_out} more")));
+                }
+                Value::Array(out)
+            }
+            Value::Object(entries) => {
+                let mut out = Map::new();
+                let mut left_out = 0usize;
+                for (key, item) in entries {
+                    if out.len() >= keep {
+                        left_out += 1;
+                        continue;
+                    }
+                    let key = self.text(key);
+                    // Two keys can read the same once masked or cut; the marker's key is
+                    // reserved. Either way the entry counts as left out, never overwritten.
+                    if key == ELIDED || out.contains_key(&key) {
+                        left_out += 1;
+                        continue;
+                    }
+                    out.insert(key, self.scope_value(item, level + 1));
+                }
+                if left_out > 0 {
+                    out.insert(ELIDED.into(), Value::String(format!("{left_out} more")));
+                }
+                Value::Object(out)
+            }
+            other => other.clone(),
+        }
+    }
+
+    /// Masks `text`, keeps at most `max_chars` characters and `max_string_bytes` escaped
+    /// bytes of the masked text, and marks a cut with [`TRUNCATED`].
+    fn cut(&self, text: &str, max_chars: usize) -> (String, bool) {
+        let max_bytes = self.limits.max_string_bytes;
+        let mut out = String::new();
+        let (mut bytes, mut chars, mut cut) = (0usize, 0usize, false);
+        'pieces: for piece in self.ids.pieces(text) {
+            for c in piece.masked().chars() {
+                let width = escaped_len(c);
+                if chars == max_chars || bytes + width > max_bytes {
+                    cut = true;
+                    break 'pieces;
+                }
+                out.push(c);
+                bytes += width;
+                chars += 1;
+            }
+        }
+        if cut {
+            // `c-1` cut out of `c-10` would read as the call id `c-1`: cut before it.
+            while let Some(len) = self.ids.call_id_at_end(&out) {
+                out.truncate(out.len() - len);
+            }
+            out.push_str(TRUNCATED);
+        }
+        if self.ids.first_in(&out).is_some() {
+            return (MASKED.to_string(), true);
+        }
+        (out, cut)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ids() -> RunIdentifiers {
+        RunIdentifiers::new(["c-1", "call-log-01"], "aiops")
+    }
+
+    fn redactor(ids: &RunIdentifiers) -> Redactor<'_> {
+        Redactor::new(ids, CopyLimits::default())
+    }
+
+    #[test]
+    fn short_strings_are_copied_with_identifiers_masked() {
+        let ids = ids();
+        let r = redactor(&ids);
+        assert_eq!(r.text("order-api"), "order-api");
+        assert_eq!(
+            r.text("after call-log-01 read aiops:run:{r}:call:c-1"),
+            "after [call id] read [redis key]"
+        );
+    }
+
+    #[test]
+    fn long_strings_are_cut_at_a_char_boundary_with_a_marker_the_same_way_every_time() {
+        let ids = ids();
+        let r = redactor(&ids);
+        let long = "é".repeat(1000);
+        let cut = r.text(&long);
+        assert_eq!(cut, format!("{}{TRUNCATED}", "é".repeat(128)));
+        assert_eq!(r.text(&long), cut, "deterministic");
+        let exact = "x".repeat(256);
+        assert_eq!(r.text(&exact), exact, "exactly at the limit is not cut");
+        assert_eq!(
+            r.text(&"x".repeat(257)),
+            format!("{}{TRUNCATED}", "x".repeat(256))
+        );
+    }
+
+    #[test]
+    fn the_limit_counts_json_escapes() {
+        let ids = ids();
+        let r = redactor(&ids);
+        let controls = "\u{1}".repeat(1000);
+        let cut = r.text(&controls);
+        assert_eq!(
+            cut,
+            format!("{}{TRUNCATED}", "\u{1}".repeat(42)),
+            "6 bytes each"
+        );
+        let quotes = r.text(&"\"".repeat(1000));
+        assert_eq!(quotes.chars().filter(|c| *c == '"').count(), 128);
+        for s in [cut, quotes] {
+            let json = serde_json::to_string(&s).unwrap();
+            assert!(json.len() - 2 <= 256 + TRUNCATED.len(), "{}", json.len());
+        }
+    }
+
+    #[test]
+    fn masking_happens_before_the_cut() {
+        let ids = ids();
+        let r = redactor(&ids);
+        // The key reaches far past the cut: masked, it is short and nothing is cut.
+        let key = format!("aiops:run:{{r}}:{}", "k".repeat(5000));
+        assert_eq!(r.text(&key), "[redis key]");
+        let text = format!("{} call-log-01", "x".repeat(250));
+        assert_eq!(
+            r.text(&text),
+            format!("{} [call{TRUNCATED}", "x".repeat(250))
+        );
+    }
+
+    #[test]
+    fn a_cut_never_leaves_a_call_id_at_its_end() {
+        let ids = ids();
+        let r = redactor(&ids);
+        let text = format!("{} c-10", "x".repeat(252));
+        assert_eq!(r.text(&text), format!("{} {TRUNCATED}", "x".repeat(252)));
+        let (excerpt, cut) = r.excerpt("see c-10", 7);
+        assert_eq!(excerpt, format!("see {TRUNCATED}"));
+        assert!(cut);
+    }
+
+    #[test]
+    fn excerpts_are_cut_by_characters_too() {
+        let ids = ids();
+        let r = redactor(&ids);
+        assert_eq!(r.excerpt("abcdef", 3), (format!("abc{TRUNCATED}"), true));
+        assert_eq!(r.excerpt("abc", 3), ("abc".to_string(), false));
+    }
+
+    #[test]
+    fn a_string_that_would_still_show_an_identifier_is_replaced_whole() {
+        // `x.` ends in punctuation: before the masked `c-1` it stands alone.
+        let ids = RunIdentifiers::new(["x.", "c-1"], "aiops");
+        let r = redactor(&ids);
+        assert_eq!(r.text("x.c-1"), MASKED);
+    }
+
+    #[test]
+    fn scopes_keep_their_first_entries_and_bounded_depth() {
+        let ids = ids();
+        let r = Redactor::new(
+            &ids,
+            CopyLimits {
+                max_scope_items: 2,
+                ..CopyLimits::default()
+            },
+        );
+        let scope = json!({
+            "datasource": "orders-db", "statement": "s", "max_rows": 5, "from": "a", "to": "b",
+            "params": {"z": 1, "a": [1, 2, 3, 4], "m": 3, "q": 4},
+            "deep": {"l2": {"l3": {"l4": 1}, "s": "x"}},
+        });
+        let bounded = r.scope(&scope);
+        assert_eq!(
+            bounded,
+            json!({
+                "datasource": "orders-db", "statement": "s", "max_rows": 5, "from": "a", "to": "b",
+                "params": {"z": 1, "a": [1, 2, "… 2 more"], "…": "2 more"},
+                "deep": {"l2": {"l3": "…", "s": "x"}},
+            })
+        );
+        let keys: Vec<_> = bounded["params"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(keys, ["z", "a", "…"], "written order is kept");
+        assert_eq!(r.scope(&scope), bounded, "deterministic");
+    }
+
+    #[test]
+    fn scope_keys_and_values_are_masked_and_never_collide() {
+        let ids = ids();
+        let r = redactor(&ids);
+        let scope = json!({"query": "c-1 OR call-log-01", "params": {
+            "aiops:run:{a}": 1, "aiops:run:{b}": 2, "…": 3, "k": "aiops:release:{r}"}});
+        assert_eq!(
+            r.scope(&scope),
+            json!({"query": "[call id] OR [call id]", "params": {
+                "[redis key]": 1, "k": "[redis key]", "…": "2 more"}})
+        );
+    }
+
+    #[test]
+    fn a_maximal_scope_stays_small_with_the_defaults() {
+        // Every string 1000 control characters (6 bytes each once escaped), every container
+        // as full as a record could make it, nested deeper than kept.
+        let ids = ids();
+        let r = redactor(&ids);
+        let s = || Value::String("\u{1}".repeat(1000));
+        let key = |i: usize| format!("{i}{}", "\u{2}".repeat(999));
+        let level3 = Value::Object((0..9).map(|i| (key(i), s())).collect());
+        let level2 = Value::Object((0..9).map(|i| (key(i), level3.clone())).collect());
+        let scope = json!({"datasource": s(), "statement": s(), "from": s(), "to": s(),
+                           "max_rows": 1, "params": level2});
+        let size = json_len(&r.scope(&scope));
+        assert!(size < 48 * 1024, "one scope is {size} bytes");
+    }
+}

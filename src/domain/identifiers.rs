@@ -1,0 +1,422 @@
+//! The identifiers of one run that never leave the harness (CONTRACT §3): its tool call ids
+//! and its Redis keys.
+//!
+//! Entry points: [`RunIdentifiers::of_run`] (the run's call ids and the key prefix),
+//! [`RunIdentifiers::pieces`] (a text split into literal pieces and identifiers, the basis
+//! of every masked copy, see [`super::bounded`]) and [`draft_names_identifier`] (the
+//! EvidenceGuard rule for Draft text: a repair may not change text, so it cannot be fixed).
+//!
+//! A call id is found only as a whole token: not preceded or followed by a character in
+//! `[A-Za-z0-9_-]`, so `c-1` is not found in `c-10` or `abc-1`. A Redis key is any
+//! substring that starts with `P:run:` or `P:release:` and runs to the next whitespace or
+//! quote character.
+
+use std::collections::HashSet;
+
+use super::draft::{AnalysisKind, Draft};
+use super::evidence_guard::{ResolvedRun, Rule, Violation};
+
+/// What a call id becomes in a masked copy.
+pub const CALL_ID_MASK: &str = "[call id]";
+/// What a Redis key becomes in a masked copy.
+pub const REDIS_KEY_MASK: &str = "[redis key]";
+
+/// Characters that make up a token: a call id next to one of these is part of a longer
+/// word and is not that call id.
+pub fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+/// Where a Redis key written into text ends.
+fn ends_key(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '"' | '\'' | '`')
+}
+
+/// The run's call ids and the beginnings of its Redis keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunIdentifiers {
+    call_ids: HashSet<String>,
+    /// The distinct lengths of the call ids, longest first: at one position the longest
+    /// id wins.
+    lengths: Vec<usize>,
+    /// Whether some call id starts with this byte: most positions are ruled out by it.
+    first_bytes: Vec<bool>,
+    /// `P:run:` and `P:release:`.
+    key_markers: [String; 2],
+}
+
+/// An identifier found in a text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    CallId(String),
+    RedisKey,
+}
+
+impl Found {
+    /// For an audit detail: the kind of identifier, never the text around it.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Found::CallId(_) => "a tool call id of this run",
+            Found::RedisKey => "a Redis key of this run's prefix",
+        }
+    }
+}
+
+/// One piece of a text: literal text, or an identifier to mask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    Text(&'a str),
+    CallId(&'a str),
+    RedisKey(&'a str),
+}
+
+impl<'a> Piece<'a> {
+    /// The piece as a masked copy shows it.
+    pub fn masked(&self) -> &'a str {
+        match self {
+            Piece::Text(text) => text,
+            Piece::CallId(_) => CALL_ID_MASK,
+            Piece::RedisKey(_) => REDIS_KEY_MASK,
+        }
+    }
+}
+
+impl RunIdentifiers {
+    /// `call_ids` (blank ones are ignored) and the key prefix `P` (`redis.key_prefix`).
+    pub fn new<I, S>(call_ids: I, key_prefix: &str) -> RunIdentifiers
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let call_ids: HashSet<String> = call_ids
+            .into_iter()
+            .map(Into::into)
+            .filter(|id: &String| !id.trim().is_empty())
+            .collect();
+        let mut lengths: Vec<usize> = call_ids
+            .iter()
+            .map(String::len)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        lengths.sort_unstable_by(|a, b| b.cmp(a));
+        let mut first_bytes = vec![false; 256];
+        for id in &call_ids {
+            first_bytes[usize::from(id.as_bytes()[0])] = true;
+        }
+        RunIdentifiers {
+            call_ids,
+            lengths,
+            first_bytes,
+            key_markers: [
+                format!("{key_prefix}:run:"),
+                format!("{key_prefix}:release:"),
+            ],
+        }
+    }
+
+    /// The run's call ids: its calls list, and every cited id that has a record under the
+    /// run (usable or rejected for any reason but a missing record).
+    pub fn of_run(run: &ResolvedRun, key_prefix: &str) -> RunIdentifiers {
+        let recorded = run.usable.keys().chain(
+            run.rejected
+                .iter()
+                .filter(|(_, rejection)| rejection.rule != Rule::CallMissing)
+                .map(|(id, _)| id),
+        );
+        RunIdentifiers::new(run.calls.iter().chain(recorded).cloned(), key_prefix)
+    }
+
+    pub fn is_call_id(&self, text: &str) -> bool {
+        self.call_ids.contains(text)
+    }
+
+    /// `text` as literal pieces and identifiers, left to right. Lazy: a caller that needs
+    /// only the first few hundred bytes of a large text reads only about that much of it.
+    pub fn pieces<'a>(&'a self, text: &'a str) -> Pieces<'a> {
+        Pieces {
+            ids: self,
+            text,
+            pos: 0,
+            pending: None,
+        }
+    }
+
+    /// `text` with every identifier masked (not bounded: see [`super::bounded`] for that).
+    pub fn mask(&self, text: &str) -> String {
+        self.pieces(text).map(|piece| piece.masked()).collect()
+    }
+
+    /// The first identifier in `text`, if any.
+    pub fn first_in(&self, text: &str) -> Option<Found> {
+        self.pieces(text).find_map(|piece| match piece {
+            Piece::Text(_) => None,
+            Piece::CallId(id) => Some(Found::CallId(id.to_string())),
+            Piece::RedisKey(_) => Some(Found::RedisKey),
+        })
+    }
+
+    /// The length of a call id that ends `text` as a whole token (the end counts as a
+    /// boundary), if one does: a cut right after it would otherwise show it.
+    pub fn call_id_at_end(&self, text: &str) -> Option<usize> {
+        self.lengths.iter().copied().find(|&len| {
+            len <= text.len()
+                && text.is_char_boundary(text.len() - len)
+                && self.call_ids.contains(&text[text.len() - len..])
+                && !text[..text.len() - len]
+                    .chars()
+                    .next_back()
+                    .is_some_and(is_token_char)
+        })
+    }
+
+    /// The identifier starting at byte `at` of `text`, and where it ends. `prev_token`:
+    /// whether the character before `at` (as the copy shows it) is a token character.
+    fn match_at<'a>(
+        &self,
+        text: &'a str,
+        at: usize,
+        prev_token: bool,
+    ) -> Option<(Piece<'a>, usize)> {
+        let rest = &text[at..];
+        for marker in &self.key_markers {
+            if rest.starts_with(marker.as_str()) {
+                let len = rest.find(ends_key).unwrap_or(rest.len());
+                return Some((Piece::RedisKey(&rest[..len]), at + len));
+            }
+        }
+        let first = *rest.as_bytes().first()?;
+        if prev_token || !self.first_bytes[usize::from(first)] {
+            return None;
+        }
+        self.lengths.iter().find_map(|&len| {
+            let candidate = rest.get(..len)?;
+            let after = &rest[len..];
+            // A key right after it is masked, and its mask starts with `[`.
+            let whole = self.call_ids.contains(candidate)
+                && (!after.chars().next().is_some_and(is_token_char)
+                    || self
+                        .key_markers
+                        .iter()
+                        .any(|m| after.starts_with(m.as_str())));
+            whole.then_some((Piece::CallId(candidate), at + len))
+        })
+    }
+}
+
+/// The pieces of a text ([`RunIdentifiers::pieces`]).
+pub struct Pieces<'a> {
+    ids: &'a RunIdentifiers,
+    text: &'a str,
+    pos: usize,
+    /// An identifier found after a literal piece, returned next.
+    pending: Option<(Piece<'a>, usize)>,
+}
+
+impl<'a> Iterator for Pieces<'a> {
+    type Item = Piece<'a>;
+
+    fn next(&mut self) -> Option<Piece<'a>> {
+        if let Some((piece, end)) = self.pending.take() {
+            self.pos = end;
+            return Some(piece);
+        }
+        if self.pos >= self.text.len() {
+            return None;
+        }
+        // A piece starts at the text's start or right after an identifier, whose mask ends
+        // with `]`: either way no token character precedes it.
+        let mut prev_token = false;
+        for (offset, c) in self.text[self.pos..].char_indices() {
+            let at = self.pos + offset;
+            if let Some((piece, end)) = self.ids.match_at(self.text, at, prev_token) {
+                if offset == 0 {
+                    self.pos = end;
+                    return Some(piece);
+                }
+                self.pending = Some((piece, end));
+                let literal = &self.text[self.pos..at];
+                self.pos = at;
+                return Some(Piece::Text(literal));
+            }
+            prev_token = is_token_char(c);
+        }
+        let literal = &self.text[self.pos..];
+        self.pos = self.text.len();
+        Some(Piece::Text(literal))
+    }
+}
+
+/// EvidenceGuard rule `draft_names_identifier`: every user-visible text of the Draft
+/// (conclusion, analysis ids, kinds and texts, action plan, recommendations, limitations,
+/// missing context) must name none of the run's call ids and none of its Redis keys. One
+/// violation per field; the detail names the field, never its text.
+pub fn draft_names_identifier(draft: &Draft, ids: &RunIdentifiers) -> Vec<Violation> {
+    let mut fields: Vec<(String, &'static str, &str)> = Vec::new();
+    if let Some(conclusion) = &draft.conclusion {
+        fields.push(("conclusion".into(), "the conclusion text", &conclusion.text));
+    }
+    for (i, analysis) in draft.analyses.iter().enumerate() {
+        let at = format!("analyses[{i}]");
+        fields.push((at.clone(), "the analysis id", &analysis.id));
+        if let AnalysisKind::Unsupported(kind) = &analysis.kind {
+            fields.push((at.clone(), "the analysis kind", kind));
+        }
+        fields.push((at, "the analysis text", &analysis.text));
+    }
+    for (i, item) in draft.action_plan.iter().enumerate() {
+        fields.push((format!("action_plan[{i}]"), "the text", &item.text));
+    }
+    for (i, item) in draft.recommendations.iter().enumerate() {
+        fields.push((format!("recommendations[{i}]"), "the text", &item.text));
+    }
+    for (i, text) in draft.limitations.iter().enumerate() {
+        fields.push((format!("limitations[{i}]"), "the limitation", text));
+    }
+    for (i, text) in draft.missing_context.iter().enumerate() {
+        fields.push((format!("missing_context[{i}]"), "the missing context", text));
+    }
+    fields
+        .into_iter()
+        .filter_map(|(at, what, text)| {
+            let found = ids.first_in(text)?;
+            Some(Violation {
+                rule: Rule::DraftNamesIdentifier,
+                at,
+                detail: format!(
+                    "{what} names {}; a repair may not change text",
+                    found.describe()
+                ),
+                tool_call_id: match found {
+                    Found::CallId(id) => Some(id),
+                    Found::RedisKey => None,
+                },
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::evidence_guard::tests::{good_draft, run_evidence};
+
+    fn ids() -> RunIdentifiers {
+        RunIdentifiers::new(["c-1", "call-log-01", "a.b", "a.b.c"], "aiops")
+    }
+
+    fn masked(ids: &RunIdentifiers, text: &str) -> String {
+        ids.pieces(text).map(|p| p.masked()).collect()
+    }
+
+    #[test]
+    fn call_ids_are_found_only_as_whole_tokens() {
+        let ids = ids();
+        assert_eq!(masked(&ids, "c-1"), "[call id]");
+        assert_eq!(
+            masked(&ids, "see c-1, then (c-1)."),
+            "see [call id], then ([call id])."
+        );
+        for word in ["c-10", "xc-1", "c-1_x", "abc-1", "c-1-2", "C-1"] {
+            assert_eq!(masked(&ids, word), word, "{word} is another word");
+        }
+        assert_eq!(
+            masked(&ids, "é c-1é"),
+            "é [call id]é",
+            "non-ASCII is a boundary"
+        );
+        assert_eq!(masked(&ids, "call-log-01:c-1"), "[call id]:[call id]");
+    }
+
+    #[test]
+    fn the_longest_call_id_wins_at_a_position() {
+        assert_eq!(masked(&ids(), "a.b.c a.b"), "[call id] [call id]");
+        assert_eq!(masked(&ids(), "a.b.d"), "[call id].d");
+    }
+
+    #[test]
+    fn redis_keys_are_masked_to_the_next_whitespace_or_quote() {
+        let ids = ids();
+        assert_eq!(
+            masked(&ids, "key aiops:run:{r-42}:call:c-7 here"),
+            "key [redis key] here"
+        );
+        assert_eq!(
+            masked(&ids, "\"aiops:release:{r}\",'aiops:run:x'"),
+            "\"[redis key]\",'[redis key]'"
+        );
+        assert_eq!(masked(&ids, "xaiops:run:y"), "x[redis key]");
+        assert_eq!(
+            masked(&ids, "c-1aiops:run:y"),
+            "[call id][redis key]",
+            "next to a masked key, a call id stands alone"
+        );
+        for other in ["aiops:cancel", "other:run:{r}", "aiops:runs", "AIOPS:run:x"] {
+            assert_eq!(masked(&ids, other), other);
+        }
+    }
+
+    #[test]
+    fn a_call_id_ending_a_text_is_found_for_a_cut() {
+        let ids = ids();
+        assert_eq!(ids.call_id_at_end("see c-1"), Some(3));
+        assert_eq!(ids.call_id_at_end("c-1"), Some(3));
+        assert_eq!(ids.call_id_at_end("xc-1"), None);
+        assert_eq!(ids.call_id_at_end("c-1 "), None);
+    }
+
+    #[test]
+    fn the_runs_ids_are_its_calls_and_cited_ids_with_records() {
+        let mut evidence = run_evidence();
+        evidence.records.insert(
+            "c-stray".into(),
+            crate::domain::invocation::tests::log_found("other", "c-stray"),
+        );
+        let run = evidence.resolve(&["c-stray".into(), "c-ghost".into(), " ".into()]);
+        let ids = RunIdentifiers::of_run(&run, "aiops");
+        for id in ["c-log", "c-sql", "c-rag", "c-stray"] {
+            assert!(ids.is_call_id(id), "{id}");
+        }
+        assert!(
+            !ids.is_call_id("c-ghost"),
+            "a fabricated id is not the run's"
+        );
+        assert!(!ids.is_call_id(" "));
+    }
+
+    #[test]
+    fn a_draft_naming_a_call_id_or_key_breaks_the_rule_in_each_field() {
+        let run = run_evidence().resolve(&good_draft().cited_call_ids());
+        let ids = RunIdentifiers::of_run(&run, "aiops");
+        assert_eq!(draft_names_identifier(&good_draft(), &ids), vec![]);
+        let mut draft = good_draft();
+        draft.conclusion.as_mut().unwrap().text = "See c-log.".into();
+        draft.analyses[1].text = "Read aiops:run:{r}:call:c-sql".into();
+        draft.analyses[0].id = "c-rag".into();
+        draft.limitations = vec!["c-logs are fine".into(), "x c-sql".into()];
+        draft.missing_context = vec!["aiops:release:{r}".into()];
+        let violations = draft_names_identifier(&draft, &ids);
+        let got: Vec<_> = violations
+            .iter()
+            .map(|v| (v.at.as_str(), v.tool_call_id.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("conclusion", Some("c-log")),
+                ("analyses[0]", Some("c-rag")),
+                ("analyses[1]", None),
+                ("limitations[1]", Some("c-sql")),
+                ("missing_context[0]", None),
+            ]
+        );
+        for v in &violations {
+            assert_eq!(v.rule, Rule::DraftNamesIdentifier);
+            assert!(
+                !v.detail.contains("aiops") && !v.detail.contains("See"),
+                "{}",
+                v.detail
+            );
+        }
+    }
+}
