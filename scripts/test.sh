@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, clippy, every test against a private
-# redis-server (installed from Debian's packages if missing), the alert-rule tests
-# (promtool), and a 30 s soak scraped by a real Prometheus that checks every dashboard query.
+# redis-server (installed from Debian's packages if missing), API fuzzing from the OpenAPI
+# document (schemathesis, scripts/api-fuzz.sh), the alert-rule tests (promtool), and a 30 s
+# soak scraped by a real Prometheus that checks every dashboard query.
 # Usage: scripts/test.sh   (from anywhere; a clean clone is enough)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,9 @@ cargo clippy --all-targets --locked -- -D warnings
 
 echo "==> cargo test"
 cargo test --locked --all-targets
+
+echo "==> API fuzzing from the OpenAPI document (schemathesis)"
+scripts/api-fuzz.sh
 
 echo "==> alert rules (promtool)"
 scripts/check-alerts.sh

@@ -106,6 +106,12 @@ fn is_loopback(listen: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// A path's resource; any method it has no route for (`allow` lists those it has) answers
+/// the JSON 405. Without it, actix answers an empty 405 (or, for `App::route`, a 404).
+fn resource(path: &str, allow: &'static str) -> actix_web::Resource {
+    web::resource(path).default_service(routes::method_not_allowed(allow))
+}
+
 /// The route label of the HTTP metric: the matched pattern, never a raw path.
 fn route_label(pattern: Option<&str>) -> &'static str {
     match pattern {
@@ -163,25 +169,22 @@ impl Application {
                     })
                 })
                 .service(
-                    web::resource("/v1/runs/{run_id}/release")
+                    resource("/v1/runs/{run_id}/release", "GET, POST")
                         .route(web::post().to(routes::release))
-                        .route(web::get().to(routes::get_release))
-                        .default_service(web::to(routes::method_not_allowed)),
+                        .route(web::get().to(routes::get_release)),
                 )
                 .service(
-                    web::resource("/v1/runs/{run_id}/audit")
-                        .route(web::get().to(routes::get_audit))
-                        .default_service(web::to(routes::method_not_allowed)),
+                    resource("/v1/runs/{run_id}/audit", "GET")
+                        .route(web::get().to(routes::get_audit)),
                 )
                 .service(
-                    web::resource("/v1/runs/{run_id}/cancel")
-                        .route(web::post().to(routes::cancel))
-                        .default_service(web::to(routes::method_not_allowed)),
+                    resource("/v1/runs/{run_id}/cancel", "POST")
+                        .route(web::post().to(routes::cancel)),
                 )
-                .route("/metrics", web::get().to(routes::metrics))
-                .route("/healthz", web::get().to(routes::healthz))
-                .route("/readyz", web::get().to(routes::readyz))
-                .route("/openapi.json", web::get().to(routes::openapi))
+                .service(resource("/metrics", "GET").route(web::get().to(routes::metrics)))
+                .service(resource("/healthz", "GET").route(web::get().to(routes::healthz)))
+                .service(resource("/readyz", "GET").route(web::get().to(routes::readyz)))
+                .service(resource("/openapi.json", "GET").route(web::get().to(routes::openapi)))
                 .default_service(web::to(routes::not_found))
         })
         .listen(tcp)

@@ -5,21 +5,41 @@
 use std::sync::OnceLock;
 
 use serde_json::Value;
+use utoipa::openapi::schema::{
+    AdditionalProperties, AllOfBuilder, AnyOfBuilder, ObjectBuilder, Schema, SchemaType, Type,
+};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::RefOr;
 use utoipa::{Modify, OpenApi, ToSchema};
 
-/// Body of `POST /v1/runs/{run_id}/release`.
+/// Body of `POST /v1/runs/{run_id}/release`: no other fields; FINAL_ANSWER needs a draft
+/// (see [`ReleaseBodyRules`]).
 #[derive(ToSchema)]
 #[allow(dead_code)]
+#[schema(example = json!({
+    "query": "Why are order-api requests timing out since 10:00?",
+    "draft": {
+        "conclusion": {"text": "order-api exhausts its connection pool to orders-db.", "analysis_refs": ["A1"]},
+        "analyses": [{"id": "A1", "kind": "NORMAL", "text": "order-api logged 132 timeouts.", "tool_call_ids": ["call-log-01"]}]
+    },
+    "stop_reason": "FINAL_ANSWER"
+}))]
 pub struct ReleaseBodyDoc {
-    /// The operator's question; required, non-blank.
+    /// The operator's question; required, non-blank (at least one non-whitespace character).
+    #[schema(pattern = r"\S")]
     query: String,
-    /// The Draft: a JSON object, or the agent's raw text (parsed strictly). Required for
-    /// FINAL_ANSWER; ignored for controlled stops. `null` = no draft.
-    #[schema(value_type = Option<Object>)]
+    /// The Draft: a JSON object, or the agent's raw text as a string, parsed strictly. Any
+    /// other JSON value is an unparseable Draft, which is a release outcome (200), not an
+    /// error. Required for FINAL_ANSWER; ignored for controlled stops. `null` = no draft.
+    #[schema(schema_with = draft_schema)]
     draft: Option<Value>,
-    /// FINAL_ANSWER (default), INFORMATION_SATURATION or BUDGET_EXHAUSTED.
+    /// FINAL_ANSWER (default), INFORMATION_SATURATION or BUDGET_EXHAUSTED; `null` = default.
     stop_reason: Option<StopReasonDoc>,
+}
+
+/// `draft` takes any JSON value.
+fn draft_schema() -> impl Into<RefOr<Schema>> {
+    ObjectBuilder::new().schema_type(SchemaType::AnyValue)
 }
 
 #[derive(ToSchema)]
@@ -38,19 +58,45 @@ pub enum StopReasonDoc {
 #[allow(dead_code)]
 pub struct ReleaseResultDoc {
     run_id: String,
-    /// SUCCESS, FALLBACK or CANCELLED.
-    outcome: String,
-    /// For FALLBACK: EVIDENCE_VALIDATION_FAILED, SEMANTIC_UNSUPPORTED, SEMANTIC_UNAVAILABLE,
-    /// MISSING_REQUIRED_CONTEXT or INSUFFICIENT_EVIDENCE; else null.
-    fallback_type: Option<String>,
+    outcome: OutcomeDoc,
+    /// For FALLBACK its type; else null.
+    #[schema(required = true)]
+    fallback_type: Option<FallbackTypeDoc>,
     /// The fixed SafeFallback text of the fallback type; else null.
+    #[schema(required = true)]
     message: Option<String>,
     /// SUCCESS only: the user-visible Draft, unchanged, without tool call ids.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Object>, required = true)]
     report: Option<Value>,
     verified_sources: Vec<VerifiedSourceDoc>,
     observed_facts: Vec<ObservedFactDoc>,
     missing_context: Vec<String>,
+}
+
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub enum OutcomeDoc {
+    #[schema(rename = "SUCCESS")]
+    Success,
+    #[schema(rename = "FALLBACK")]
+    Fallback,
+    #[schema(rename = "CANCELLED")]
+    Cancelled,
+}
+
+#[derive(ToSchema)]
+#[allow(dead_code, clippy::enum_variant_names)]
+pub enum FallbackTypeDoc {
+    #[schema(rename = "EVIDENCE_VALIDATION_FAILED")]
+    EvidenceValidationFailed,
+    #[schema(rename = "SEMANTIC_UNSUPPORTED")]
+    SemanticUnsupported,
+    #[schema(rename = "SEMANTIC_UNAVAILABLE")]
+    SemanticUnavailable,
+    #[schema(rename = "MISSING_REQUIRED_CONTEXT")]
+    MissingRequiredContext,
+    #[schema(rename = "INSUFFICIENT_EVIDENCE")]
+    InsufficientEvidence,
 }
 
 #[derive(ToSchema)]
@@ -98,6 +144,95 @@ pub struct CancelDoc {
     cancelled: bool,
 }
 
+/// The audit record (CONTRACT §4), the operators' view of one release. The nested
+/// objects are described in README.md.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct AuditDoc {
+    run_id: String,
+    stop_reason: StopReasonDoc,
+    /// The branch of the release decision, e.g. `controlled_stop`; null if none was taken.
+    #[schema(required = true)]
+    path: Option<String>,
+    /// Why the Draft could not be parsed (a schema position, never its content).
+    #[schema(required = true)]
+    draft_error: Option<String>,
+    #[schema(value_type = Vec<Object>)]
+    violations: Vec<Value>,
+    #[schema(value_type = Vec<Object>)]
+    excluded_references: Vec<Value>,
+    #[schema(value_type = Option<Object>, required = true)]
+    repair: Option<Value>,
+    #[schema(value_type = Vec<Object>)]
+    model_attempts: Vec<Value>,
+    #[schema(value_type = Option<Object>, required = true)]
+    verdict: Option<Value>,
+    #[schema(value_type = Object)]
+    budget: Value,
+    #[schema(value_type = Object)]
+    timings: Value,
+    outcome: OutcomeDoc,
+    #[schema(required = true)]
+    fallback_type: Option<FallbackTypeDoc>,
+    /// `http`, `pubsub` or `marker` for CANCELLED; else null.
+    #[schema(required = true)]
+    cancelled_by: Option<String>,
+    /// Only when the commit found the cancel marker: what had been decided.
+    #[schema(value_type = Option<Object>)]
+    superseded: Option<Value>,
+}
+
+/// The body of `/healthz` (`ok`) and `/readyz` (`ready`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct StatusDoc {
+    status: String,
+}
+
+/// What the derive cannot say about the release body: it has no other fields, and
+/// FINAL_ANSWER (also the default) needs a non-null draft. The derived object becomes the
+/// first half of an `allOf`; the second half is an `anyOf` of the two ways to be valid.
+struct ReleaseBodyRules;
+
+impl Modify for ReleaseBodyRules {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let Some(schemas) = openapi.components.as_mut().map(|c| &mut c.schemas) else {
+            return;
+        };
+        let Some(RefOr::T(Schema::Object(mut body))) = schemas.remove("ReleaseBodyDoc") else {
+            return;
+        };
+        body.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
+        let example = body.example.take();
+        let controlled_stop = ObjectBuilder::new()
+            .property(
+                "stop_reason",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["INFORMATION_SATURATION", "BUDGET_EXHAUSTED"])),
+            )
+            .required("stop_reason");
+        let with_draft = ObjectBuilder::new()
+            .property(
+                "draft",
+                ObjectBuilder::new().schema_type(SchemaType::from_iter([
+                    Type::Object,
+                    Type::String,
+                    Type::Array,
+                    Type::Number,
+                    Type::Boolean,
+                ])),
+            )
+            .required("draft");
+        let rules = AllOfBuilder::new()
+            .description(body.description.take())
+            .examples(example)
+            .item(body)
+            .item(AnyOfBuilder::new().item(controlled_stop).item(with_draft));
+        schemas.insert("ReleaseBodyDoc".to_string(), rules.into());
+    }
+}
+
 struct BearerAuth;
 
 impl Modify for BearerAuth {
@@ -130,13 +265,17 @@ impl Modify for BearerAuth {
         ReleaseBodyDoc,
         StopReasonDoc,
         ReleaseResultDoc,
+        OutcomeDoc,
+        FallbackTypeDoc,
         VerifiedSourceDoc,
         ObservedFactDoc,
         ErrorDoc,
         ErrorDetailDoc,
-        CancelDoc
+        CancelDoc,
+        AuditDoc,
+        StatusDoc
     )),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &ReleaseBodyRules)
 )]
 struct ApiDoc;
 

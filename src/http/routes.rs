@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use actix_web::http::header::ContentType;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::http::header::{self, ContentType, HeaderValue};
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError, Route};
 use futures::StreamExt;
 use percent_encoding::percent_decode_str;
 use serde_json::json;
@@ -62,6 +62,23 @@ async fn read_body(
         .map_err(|_| ApiError::RequestTimeout)?
 }
 
+/// The `{run_id}` path parameter of every `/v1` route, as [`run_id`] checks it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct RunIdParam {
+    /// 1 to 128 characters of `[A-Za-z0-9._:-]`, percent-decoded once; anything else is a
+    /// 400 `invalid_run_id`. An unknown run is an empty run, not an error.
+    #[param(
+        pattern = "^[A-Za-z0-9._:-]{1,128}$",
+        example = "r-order-api-timeout-success"
+    )]
+    run_id: String,
+}
+
+/// The 404 of a `/v1` route whose path matches no route at all.
+const NO_SUCH_ROUTE: &str = "`not_found`: no such route (the run id segment is empty or holds a `/`, or the client removed a `.`/`..` segment)";
+
 fn json_body(text: String) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(ContentType::json())
@@ -74,12 +91,13 @@ fn json_body(text: String) -> HttpResponse {
     post,
     path = "/v1/runs/{run_id}/release",
     tag = "releases",
-    params(("run_id" = String, Path, description = "1 to 128 characters of [A-Za-z0-9._:-], percent-decoded")),
+    params(RunIdParam),
     request_body(content = super::openapi::ReleaseBodyDoc, description = "query, draft (object or raw text), stop_reason"),
     responses(
         (status = 200, description = "The release result, whatever the outcome (SUCCESS, FALLBACK, CANCELLED)", body = super::openapi::ReleaseResultDoc),
         (status = 400, description = "Malformed body or run id", body = super::openapi::ErrorDoc),
         (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
+        (status = 404, description = NO_SUCH_ROUTE, body = super::openapi::ErrorDoc),
         (status = 408, description = "The body did not arrive in time", body = super::openapi::ErrorDoc),
         (status = 409, description = "`release_in_flight`: a release of this run holds its lock on some replica (the message names it); `lock_lost`: this release lost its lease before it could store. Both carry Retry-After (whole seconds, at least 1)", body = super::openapi::ErrorDoc),
         (status = 413, description = "Body over server.max_body_bytes", body = super::openapi::ErrorDoc),
@@ -126,12 +144,12 @@ pub async fn release(
     get,
     path = "/v1/runs/{run_id}/release",
     tag = "releases",
-    params(("run_id" = String, Path, description = "run id")),
+    params(RunIdParam),
     responses(
         (status = 200, description = "The stored release result", body = super::openapi::ReleaseResultDoc),
         (status = 400, description = "Malformed run id", body = super::openapi::ErrorDoc),
         (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
-        (status = 404, description = "No release stored for this run", body = super::openapi::ErrorDoc),
+        (status = 404, description = "`not_found`: no release stored for this run, or no such route (the run id segment is empty or holds a `/`, or the client removed a `.`/`..` segment)", body = super::openapi::ErrorDoc),
         (status = 503, description = "Redis unavailable", body = super::openapi::ErrorDoc),
     ),
     security(("bearer" = []))
@@ -153,12 +171,12 @@ pub async fn get_release(
     get,
     path = "/v1/runs/{run_id}/audit",
     tag = "releases",
-    params(("run_id" = String, Path, description = "run id")),
+    params(RunIdParam),
     responses(
-        (status = 200, description = "The audit record: violations, repair, model attempts, verdict and reason, budget, timings"),
+        (status = 200, description = "The audit record: violations, repair, model attempts, verdict and reason, budget, timings", body = super::openapi::AuditDoc),
         (status = 400, description = "Malformed run id", body = super::openapi::ErrorDoc),
         (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
-        (status = 404, description = "No audit record for this run", body = super::openapi::ErrorDoc),
+        (status = 404, description = "`not_found`: no audit record for this run, or no such route (the run id segment is empty or holds a `/`, or the client removed a `.`/`..` segment)", body = super::openapi::ErrorDoc),
         (status = 503, description = "Redis unavailable", body = super::openapi::ErrorDoc),
     ),
     security(("bearer" = []))
@@ -181,11 +199,12 @@ pub async fn get_audit(
     post,
     path = "/v1/runs/{run_id}/cancel",
     tag = "releases",
-    params(("run_id" = String, Path, description = "run id")),
+    params(RunIdParam),
     responses(
         (status = 202, description = "The run is marked cancelled; its release is aborted on whichever replica runs it", body = super::openapi::CancelDoc),
         (status = 400, description = "Malformed run id", body = super::openapi::ErrorDoc),
         (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
+        (status = 404, description = NO_SUCH_ROUTE, body = super::openapi::ErrorDoc),
         (status = 503, description = "Redis unavailable (the marker could not be set)", body = super::openapi::ErrorDoc),
     ),
     security(("bearer" = []))
@@ -210,7 +229,7 @@ pub async fn cancel(
 }
 
 /// `GET /healthz`: the process is up.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is up")))]
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, description = "The process is up: `{\"status\": \"ok\"}`", body = super::openapi::StatusDoc)))]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
@@ -221,7 +240,7 @@ pub async fn healthz() -> HttpResponse {
     path = "/readyz",
     tag = "operations",
     responses(
-        (status = 200, description = "Ready: Redis reachable"),
+        (status = 200, description = "Ready, Redis reachable: `{\"status\": \"ready\"}`", body = super::openapi::StatusDoc),
         (status = 503, description = "Not ready: Redis unreachable, or shutting down", body = super::openapi::ErrorDoc),
     )
 )]
@@ -261,7 +280,14 @@ pub async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound("no such route"))
 }
 
-/// A known path with another method.
-pub async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed)
+/// A known path with a method it has no route for: the JSON 405, with the `Allow` header
+/// that RFC 9110 requires (`allow` lists the path's methods).
+pub fn method_not_allowed(allow: &'static str) -> Route {
+    web::to(move || async move {
+        let mut response = ApiError::MethodNotAllowed.error_response();
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
+        response
+    })
 }

@@ -6,6 +6,7 @@
 mod common;
 
 mod cancel;
+mod conformance;
 mod faults;
 mod helpers;
 mod hostile;
