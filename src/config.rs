@@ -300,7 +300,10 @@ impl Config {
         let sg = &self.semantic_guard;
         let must_be_positive: [(&'static str, u64); 24] = [
             ("evidence.max_record_bytes", self.evidence.max_record_bytes),
-            ("evidence.max_release_bytes", self.evidence.max_release_bytes),
+            (
+                "evidence.max_release_bytes",
+                self.evidence.max_release_bytes,
+            ),
             (
                 "evidence.max_string_bytes",
                 self.evidence.max_string_bytes as u64,
