@@ -59,7 +59,7 @@ for target in "${targets[@]}"; do
   cargo +nightly fuzz run "$target" "$work" "fuzz/corpus/$target" -- \
     -max_total_time="$seconds" -rss_limit_mb=512 -malloc_limit_mb=256 -timeout=10 \
     -print_final_stats=1 >"$logs/$target.log" 2>&1 || status=$?
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$logs/$target.log" | grep -o '[0-9]*$' | tail -1)
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$logs/$target.log" | grep -o '[0-9]*$' | tail -1 || true)
   if [ "$status" -eq 0 ]; then
     result="no crash"
     if [ "$merge" -eq 1 ]; then
@@ -71,7 +71,7 @@ for target in "${targets[@]}"; do
     fi
   else
     crashed=1
-    artifact=$(grep -o 'Test unit written to [^ ]*' "$logs/$target.log" | tail -1 | sed 's/Test unit written to //')
+    artifact=$(grep -o 'Test unit written to [^ ]*' "$logs/$target.log" | tail -1 | sed 's/Test unit written to //' || true)
     reason=$(grep -m1 -oE 'ERROR: libFuzzer: [a-z-]+|panicked at [^:]*:[0-9]+' "$logs/$target.log" || true)
     result="CRASH (${reason:-exit $status}) ${artifact:-see the log}"
     tail -n 30 "$logs/$target.log" >&2
