@@ -6,7 +6,8 @@
 #   scripts/fuzz.sh SECONDS [--merge] [TARGET...]
 # Needs the nightly toolchain (rustup toolchain install nightly); installs cargo-fuzz.
 # New inputs go to fuzz/target/corpus/TARGET (not committed); --merge then adds those that
-# bring new coverage to fuzz/corpus/TARGET. A crash leaves its input in fuzz/artifacts/TARGET/.
+# bring new coverage to fuzz/corpus/TARGET (then: cargo +nightly fuzz cmin TARGET -- -use_counters=0).
+# A crash leaves its input in fuzz/artifacts/TARGET/.
 # Exits non-zero if any target crashed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
