@@ -5,11 +5,14 @@
 //! - [`store`]: Redis and in-memory stores (key schema, records, results, locks, cancels).
 //! - [`config`]: typed, layered, validated configuration.
 //! - [`telemetry`]: metric names, the Prometheus recorder, tracing.
+//! - [`fuzzing`]: the parsers of untrusted input on raw bytes, for `cargo fuzz` and the
+//!   corpus replay test.
 
 pub mod actors;
 pub mod check;
 pub mod config;
 pub mod domain;
+pub mod fuzzing;
 pub mod http;
 pub mod model;
 pub mod soak;
