@@ -18,10 +18,7 @@ work=$(mktemp -d)
 trap 'redis_cont; cleanup "$work"' EXIT
 redis_cont() { [ -n "${REDIS_PIDFILE:-}" ] && kill -CONT "$(cat "$REDIS_PIDFILE")" 2>/dev/null || true; }
 start_redis "$work"
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --locked --quiet --bin release-harness
-  BIN=target/release/release-harness
-fi
+release_bin
 bin=$BIN
 prefix="chaos-$$"
 model_port=$(free_port)

@@ -13,6 +13,15 @@ need_pkg() {
   command -v "$cmd" >/dev/null 2>&1 || { echo "cannot install $pkg" >&2; return 1; }
 }
 
+# release_bin: sets BIN to the optimised binary, building it, unless BIN names another build
+# already (e.g. an older commit's, for a before/after comparison).
+release_bin() {
+  if [ -z "${BIN:-}" ]; then
+    cargo build --release --locked --quiet --bin release-harness
+    BIN=target/release/release-harness
+  fi
+}
+
 # free_port: prints a TCP port that is free on 127.0.0.1 right now.
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'

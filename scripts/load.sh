@@ -19,10 +19,7 @@ rates=("$@")
 work=$(mktemp -d)
 trap 'cleanup "$work"' EXIT
 start_redis "$work"
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --locked --quiet --bin release-harness
-  BIN=target/release/release-harness
-fi
+release_bin
 bin=$BIN
 echo "==> load: ${duration}s per rate, rates ${rates[*]}/s, $(nproc) cores, Redis on port $REDIS_PORT"
 

@@ -13,10 +13,7 @@ calls=${1:-1000}
 work=$(mktemp -d)
 trap 'cleanup "$work"' EXIT
 start_redis "$work"
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --locked --quiet --bin release-harness
-  BIN=target/release/release-harness
-fi
+release_bin
 prefix="mem-$$"
 port=$(free_port)
 

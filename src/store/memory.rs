@@ -4,8 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{Begin, CallsList, Commit, Committed, LoadedRecords, Watch, Watched};
-use crate::domain::evidence_guard::Rule;
-use crate::domain::invocation::{CallRejection, RawRecord, MAX_CALL_ID_BYTES, RECORD_FIELDS};
+use crate::domain::invocation::{RawRecord, MAX_CALL_ID_BYTES, RECORD_FIELDS};
 
 #[derive(Debug, Default)]
 struct Data {
@@ -97,20 +96,12 @@ impl MemoryStore {
                 .collect();
             let size: u64 = record.values().map(|v| v.len() as u64).sum();
             if size > max_record_bytes {
-                let detail = format!(
-                    "the record's fields hold {size} bytes, over evidence.max_record_bytes ({max_record_bytes})"
-                );
+                let why = super::record_too_large(size, max_record_bytes);
+                loaded.unreadable.insert(id.clone(), why);
+            } else if size > budget {
                 loaded
                     .unreadable
-                    .insert(id.clone(), CallRejection::new(Rule::RecordTooLarge, detail));
-            } else if size > budget {
-                let detail = format!(
-                    "the record's {size} bytes are past the release's budget (evidence.max_release_bytes)"
-                );
-                loaded.unreadable.insert(
-                    id.clone(),
-                    CallRejection::new(Rule::RecordOverBudget, detail),
-                );
+                    .insert(id.clone(), super::record_over_budget(size));
             } else {
                 budget -= size;
                 loaded.bytes += size;

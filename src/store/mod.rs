@@ -177,6 +177,24 @@ pub struct LoadedRecords {
     pub bytes: u64,
 }
 
+/// A record whose guard fields total `size` bytes, over `evidence.max_record_bytes`.
+fn record_too_large(size: u64, max_record_bytes: u64) -> CallRejection {
+    CallRejection::new(
+        Rule::RecordTooLarge,
+        format!("the record's fields hold {size} bytes, over evidence.max_record_bytes ({max_record_bytes})"),
+    )
+}
+
+/// A record whose `size` bytes do not fit in what is left of the release's budget.
+fn record_over_budget(size: u64) -> CallRejection {
+    CallRejection::new(
+        Rule::RecordOverBudget,
+        format!(
+            "the record's {size} bytes are past the release's budget (evidence.max_release_bytes)"
+        ),
+    )
+}
+
 /// The `harness_bad_records_total` reason of an unreadable record's rule.
 fn bad_record_reason(rule: Rule) -> &'static str {
     match rule {

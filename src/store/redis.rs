@@ -306,20 +306,8 @@ impl RedisStore {
                         text(parts.next()).unwrap_or_default()
                     ),
                 ),
-                "too_large" => unreadable(
-                    Rule::RecordTooLarge,
-                    format!(
-                        "the record's fields hold {} bytes, over evidence.max_record_bytes ({max_record_bytes})",
-                        number(parts.next())
-                    ),
-                ),
-                "over_budget" => unreadable(
-                    Rule::RecordOverBudget,
-                    format!(
-                        "the record's {} bytes are past the release's budget (evidence.max_release_bytes)",
-                        number(parts.next())
-                    ),
-                ),
+                "too_large" => super::record_too_large(number(parts.next()), max_record_bytes),
+                "over_budget" => super::record_over_budget(number(parts.next())),
                 other => {
                     return Err(StoreError::unavailable(
                         "load_records",

@@ -161,6 +161,18 @@ impl TestApp {
             .expect("request sent")
     }
 
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("request sent")
+            .text()
+            .await
+            .expect("a text body")
+    }
+
     /// The status of an unauthenticated GET (`/readyz`, `/healthz`).
     pub async fn status(&self, path: &str) -> u16 {
         self.client
@@ -190,6 +202,14 @@ impl TestApp {
             .await
             .unwrap()
     }
+}
+
+/// Failed Redis operations, all `op`s together, in a Prometheus text exposition.
+pub fn store_errors(text: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with("harness_store_errors_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// The value of one series in a Prometheus text exposition (0 if absent).

@@ -7,24 +7,6 @@ use serde_json::json;
 
 use crate::helpers::*;
 
-async fn metrics_text(app: &TestApp) -> String {
-    app.client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-fn store_errors(text: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with("harness_store_errors_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[actix_rt::test]
 async fn odd_bytes_and_wrong_types_in_records_are_release_outcomes_not_store_errors() {
     let server = wiremock::MockServer::start().await;
@@ -36,7 +18,7 @@ async fn odd_bytes_and_wrong_types_in_records_are_release_outcomes_not_store_err
     .await;
     let mut conn = app.redis().await;
     let call_key = |run: &str, call: &str| format!("{}:run:{{{run}}}:call:{call}", app.prefix);
-    let before = metrics_text(&app).await;
+    let before = app.metrics().await;
 
     // A non-UTF-8 raw_response, which the harness never reads: released as usual.
     let raw = unique_run("raw-bytes");
@@ -113,7 +95,7 @@ async fn odd_bytes_and_wrong_types_in_records_are_release_outcomes_not_store_err
         200,
         "the agent's data says nothing about Redis"
     );
-    let after = metrics_text(&app).await;
+    let after = app.metrics().await;
     assert_eq!(
         store_errors(&after),
         store_errors(&before),

@@ -46,17 +46,7 @@ async fn redis_down_is_503_everywhere_then_the_service_recovers_by_itself() {
     );
     wait_ready(&app, true).await;
 
-    let metrics = |app: &TestApp| {
-        let (client, url) = (app.client.clone(), app.url("/metrics"));
-        async move { client.get(url).send().await.unwrap().text().await.unwrap() }
-    };
-    let store_errors = |text: &str| -> f64 {
-        text.lines()
-            .filter(|l| l.starts_with("harness_store_errors_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    let errors_before = store_errors(&metrics(&app).await);
+    let errors_before = store_errors(&app.metrics().await);
 
     redis.stop();
     let down = unique_run("down");
@@ -94,7 +84,7 @@ async fn redis_down_is_503_everywhere_then_the_service_recovers_by_itself() {
             .as_u16(),
         200
     );
-    let during = metrics(&app).await;
+    let during = app.metrics().await;
     assert!(
         store_errors(&during) >= errors_before + 5.0,
         "every failed Redis operation is counted"
