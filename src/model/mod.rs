@@ -2,6 +2,7 @@
 //! strict answer reading ([`verdict`]). Retry, timeouts, budgets and cancellation are the
 //! actors' job (`actors::semantic_guard`, `actors::repair`).
 
+pub mod body;
 pub mod client;
 pub mod prompts;
 pub mod verdict;

@@ -5,18 +5,19 @@
 //! [`repair_request`] (the Draft, its violations and the run's usable call ids). Both
 //! return a [`PreparedRequest`] whose bytes every attempt sends unchanged.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde::Serialize;
 use serde_json::{json, value::RawValue, Value};
 
+use super::body;
 use crate::config::StructuredOutput;
 use crate::domain::draft::Draft;
 use crate::domain::evidence_guard::Violation;
 use crate::domain::invocation::{EvidenceStatus, ToolName};
 use crate::domain::snapshot::VerifiedSnapshot;
 
-/// A chat-completions request body, serialized once. Cloning shares the bytes.
+/// A chat-completions request body, written once. Cloning shares the bytes.
 #[derive(Debug, Clone)]
 pub struct PreparedRequest {
     body: Arc<RawValue>,
@@ -25,8 +26,10 @@ pub struct PreparedRequest {
 }
 
 impl PreparedRequest {
-    fn new(body: Value, max_output_tokens: u32) -> Result<PreparedRequest, serde_json::Error> {
-        let text = serde_json::to_string(&body)?;
+    /// Checks once that the written bytes are one JSON document, so that every attempt
+    /// sends them as they are.
+    fn from_bytes(bytes: Vec<u8>, max_output_tokens: u32) -> Result<PreparedRequest, PromptError> {
+        let text = String::from_utf8(bytes).map_err(|_| PromptError::NotUtf8)?;
         Ok(PreparedRequest {
             body: Arc::from(RawValue::from_string(text)?),
             max_output_tokens,
@@ -41,6 +44,15 @@ impl PreparedRequest {
     pub fn len_bytes(&self) -> u64 {
         self.body.get().len() as u64
     }
+}
+
+/// Why a request could not be written (a serializer failure; the guard fails closed).
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error("the request cannot be serialized: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the request is not UTF-8")]
+    NotUtf8,
 }
 
 /// SemanticGuard's fixed rubric. The evidence markers' nonce arrives in the user message.
@@ -77,20 +89,26 @@ missing_context. If the Draft cannot be repaired that way, return it unchanged.
 Answer with exactly one JSON object: the whole repaired Draft with the fields conclusion, \
 analyses, action_plan, recommendations, limitations and missing_context, and nothing else.";
 
-/// Zero-width and bidirectional control characters, removed from evidence so that nothing
-/// in it is invisible to a person but visible to the judge.
-fn is_invisible_control(c: char) -> bool {
-    matches!(c,
-        '\u{00AD}' | '\u{061C}' | '\u{180E}'
-        | '\u{200B}'..='\u{200F}'
-        | '\u{202A}'..='\u{202E}'
-        | '\u{2060}'..='\u{2064}'
-        | '\u{2066}'..='\u{2069}'
-        | '\u{FEFF}')
-}
-
+/// `text` without its zero-width and bidirectional control characters, so that nothing in
+/// the evidence is invisible to a person but visible to the judge (the request writer drops
+/// them the same way as it escapes the evidence).
 pub fn strip_invisible(text: &str) -> String {
-    text.chars().filter(|c| !is_invisible_control(*c)).collect()
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let skip = body::invisible_len(&bytes[i..]);
+        if skip > 0 {
+            out.push_str(&text[start..i]);
+            i += skip;
+            start = i;
+        } else {
+            i += 1;
+        }
+    }
+    out.push_str(&text[start..]);
+    out
 }
 
 /// A fresh random nonce per request: 128 bits, hex.
@@ -98,37 +116,80 @@ pub fn new_nonce() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-fn response_format(mode: StructuredOutput, name: &str, schema: Value) -> Option<Value> {
-    match mode {
-        StructuredOutput::JsonSchema => Some(json!({
+/// The `response_format` member's JSON for `mode` (none for `StructuredOutput::None`).
+fn response_format(mode: StructuredOutput, name: &str, schema: Value) -> Option<String> {
+    let format = match mode {
+        StructuredOutput::JsonSchema => json!({
             "type": "json_schema",
             "json_schema": {"name": name, "strict": true, "schema": schema}
-        })),
-        StructuredOutput::JsonObject => Some(json!({"type": "json_object"})),
-        StructuredOutput::None => None,
+        }),
+        StructuredOutput::JsonObject => json!({"type": "json_object"}),
+        StructuredOutput::None => return None,
+    };
+    Some(format.to_string())
+}
+
+/// The fixed parts of a request kind, written once per process.
+struct Fixed {
+    /// The system prompt, escaped (without quotes).
+    system: Vec<u8>,
+    /// `response_format` JSON per structured-output mode.
+    formats: [Option<String>; 3],
+}
+
+impl Fixed {
+    fn new(system: &str, name: &str, schema: fn() -> Value) -> Fixed {
+        let mut escaped = Vec::with_capacity(system.len() + 64);
+        body::push_escaped(&mut escaped, system.as_bytes(), false);
+        Fixed {
+            system: escaped,
+            formats: [
+                StructuredOutput::JsonSchema,
+                StructuredOutput::JsonObject,
+                StructuredOutput::None,
+            ]
+            .map(|mode| response_format(mode, name, schema())),
+        }
+    }
+
+    fn format(&self, mode: StructuredOutput) -> Option<&str> {
+        let index = match mode {
+            StructuredOutput::JsonSchema => 0,
+            StructuredOutput::JsonObject => 1,
+            StructuredOutput::None => 2,
+        };
+        self.formats[index].as_deref()
     }
 }
 
-fn chat_body(
-    model: &str,
-    system: &str,
-    user: String,
-    max_tokens: u32,
-    format: Option<Value>,
-) -> Value {
-    let mut body = json!({
-        "model": model,
-        "messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": user}
-        ],
-        "temperature": 0,
-        "max_tokens": max_tokens,
-    });
-    if let (Some(format), Some(map)) = (format, body.as_object_mut()) {
-        map.insert("response_format".into(), format);
+static SEMANTIC: LazyLock<Fixed> =
+    LazyLock::new(|| Fixed::new(SEMANTIC_SYSTEM_PROMPT, "semantic_verdict", verdict_schema));
+static REPAIR: LazyLock<Fixed> =
+    LazyLock::new(|| Fixed::new(REPAIR_SYSTEM_PROMPT, "evidence_repair", draft_schema));
+
+/// Writes a chat body around a user message: everything up to the user message's content,
+/// then `user` writes that content (escaped as it goes), then the rest.
+fn write_chat_body(
+    shape: &RequestShape<'_>,
+    fixed: &Fixed,
+    capacity: usize,
+    user: impl FnOnce(&mut Vec<u8>) -> Result<(), PromptError>,
+) -> Result<PreparedRequest, PromptError> {
+    let mut out = Vec::with_capacity(capacity + fixed.system.len() + 1024);
+    out.extend_from_slice(b"{\"model\":");
+    body::push_string(&mut out, shape.model);
+    out.extend_from_slice(b",\"messages\":[{\"role\":\"system\",\"content\":\"");
+    out.extend_from_slice(&fixed.system);
+    out.extend_from_slice(b"\"},{\"role\":\"user\",\"content\":\"");
+    user(&mut out)?;
+    out.extend_from_slice(b"\"}],\"temperature\":0,\"max_tokens\":");
+    out.extend_from_slice(shape.max_output_tokens.to_string().as_bytes());
+    if let Some(format) = fixed.format(shape.structured_output) {
+        out.extend_from_slice(b",\"response_format\":");
+        out.extend_from_slice(format.as_bytes());
     }
-    body
+    out.push(b'}');
+    PreparedRequest::from_bytes(out, shape.max_output_tokens)
 }
 
 pub fn verdict_schema() -> Value {
@@ -193,39 +254,65 @@ pub fn semantic_request(
     draft: &Draft,
     snapshot: &VerifiedSnapshot,
     nonce: &str,
-) -> Result<PreparedRequest, serde_json::Error> {
-    let report = serde_json::to_string(&draft.user_visible())?;
-    let mut user = String::with_capacity(report.len() * 2);
-    user.push_str(&format!(
-        "The data markers of this message use the nonce {nonce}.\n\n\
-         OPERATOR QUESTION:\n<<<BEGIN {nonce} question>>>\n{}\n<<<END {nonce}>>>\n\n\
-         DRAFT REPORT UNDER REVIEW (JSON):\n<<<BEGIN {nonce} report>>>\n{report}\n<<<END {nonce}>>>\n\n\
-         VERIFIED EVIDENCE, grouped by the analysis that cites it:\n",
-        query
-    ));
-    for group in &snapshot.analyses {
-        let evidence = strip_invisible(&serde_json::to_string(&group.evidence)?);
-        user.push_str(&format!(
-            "\n<<<BEGIN {nonce} evidence analysis={} kind={}>>>\n{evidence}\n<<<END {nonce}>>>\n",
-            serde_json::to_string(&group.analysis_id)?,
-            group.kind.as_str()
-        ));
-    }
-    user.push_str("\nAnswer with the JSON verdict object only.");
-    PreparedRequest::new(
-        chat_body(
-            shape.model,
-            SEMANTIC_SYSTEM_PROMPT,
-            user,
-            shape.max_output_tokens,
-            response_format(
-                shape.structured_output,
-                "semantic_verdict",
-                verdict_schema(),
-            ),
-        ),
-        shape.max_output_tokens,
-    )
+) -> Result<PreparedRequest, PromptError> {
+    let capacity = 2048 + query.len() + 4 * 1024 * (1 + snapshot.analyses.len());
+    write_chat_body(shape, &SEMANTIC, capacity, |out| {
+        let text = |out: &mut Vec<u8>, text: &str| body::push_escaped(out, text.as_bytes(), false);
+        let begin = |out: &mut Vec<u8>, label: &str| {
+            text(out, "<<<BEGIN ");
+            text(out, nonce);
+            text(out, label);
+        };
+        let end = |out: &mut Vec<u8>| {
+            text(out, "\n<<<END ");
+            text(out, nonce);
+            text(out, ">>>\n");
+        };
+        text(out, "The data markers of this message use the nonce ");
+        text(out, nonce);
+        text(out, ".\n\nOPERATOR QUESTION:\n");
+        begin(out, " question>>>\n");
+        text(out, query);
+        end(out);
+        text(out, "\nDRAFT REPORT UNDER REVIEW (JSON):\n");
+        begin(out, " report>>>\n");
+        serde_json::to_writer(
+            body::StringContent {
+                out: &mut *out,
+                strip_invisible: false,
+            },
+            &draft.visible(),
+        )?;
+        end(out);
+        text(
+            out,
+            "\nVERIFIED EVIDENCE, grouped by the analysis that cites it:\n",
+        );
+        for group in &snapshot.analyses {
+            text(out, "\n");
+            begin(out, " evidence analysis=");
+            serde_json::to_writer(
+                body::StringContent {
+                    out: &mut *out,
+                    strip_invisible: false,
+                },
+                &group.analysis_id,
+            )?;
+            text(out, " kind=");
+            text(out, group.kind.as_str());
+            text(out, ">>>\n");
+            serde_json::to_writer(
+                body::StringContent {
+                    out: &mut *out,
+                    strip_invisible: true,
+                },
+                &group.evidence,
+            )?;
+            end(out);
+        }
+        text(out, "\nAnswer with the JSON verdict object only.");
+        Ok(())
+    })
 }
 
 /// A usable call offered to the repair model.
@@ -242,26 +329,37 @@ pub fn repair_request(
     draft: &Draft,
     violations: &[Violation],
     usable: &[UsableCallRef],
-) -> Result<PreparedRequest, serde_json::Error> {
-    let input = json!({
-        "draft": draft,
-        "violations": violations,
-        "usable_calls": usable,
-    });
-    let user = format!(
-        "Repair the ids and references of this Draft. Input:\n{}\n\nAnswer with the whole repaired Draft as one JSON object.",
-        serde_json::to_string(&input)?
-    );
-    PreparedRequest::new(
-        chat_body(
-            shape.model,
-            REPAIR_SYSTEM_PROMPT,
-            user,
-            shape.max_output_tokens,
-            response_format(shape.structured_output, "evidence_repair", draft_schema()),
-        ),
-        shape.max_output_tokens,
-    )
+) -> Result<PreparedRequest, PromptError> {
+    #[derive(Serialize)]
+    struct Input<'a> {
+        draft: &'a Draft,
+        violations: &'a [Violation],
+        usable_calls: &'a [UsableCallRef],
+    }
+    write_chat_body(shape, &REPAIR, 4096, |out| {
+        body::push_escaped(
+            out,
+            b"Repair the ids and references of this Draft. Input:\n",
+            false,
+        );
+        serde_json::to_writer(
+            body::StringContent {
+                out: &mut *out,
+                strip_invisible: false,
+            },
+            &Input {
+                draft,
+                violations,
+                usable_calls: usable,
+            },
+        )?;
+        body::push_escaped(
+            out,
+            b"\n\nAnswer with the whole repaired Draft as one JSON object.",
+            false,
+        );
+        Ok(())
+    })
 }
 
 #[cfg(test)]
@@ -323,6 +421,50 @@ mod tests {
         for canary in ["c-log", "c-sql", "c-rag", "RAW-", "aiops:", "tool_call_id"] {
             assert!(!body.to_string().contains(canary), "{canary} leaked");
         }
+    }
+
+    /// The user message as the first version of this module wrote it (format! into a
+    /// String, then the whole body through `serde_json::Value`): the one-pass writer must
+    /// send the same text.
+    #[test]
+    fn the_user_message_is_the_text_it_always_was() {
+        let draft = good_draft();
+        let run = run_evidence().resolve(&draft.cited_call_ids());
+        let ids = RunIdentifiers::of_run(&run, "aiops");
+        let redact = Redactor::new(&ids, CopyLimits::default());
+        let snapshot = VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default(), &redact);
+        let (nonce, query) = ("n0nce", "Why \"timeouts\"?\n\u{200B}");
+        let report = serde_json::to_string(&draft.user_visible()).unwrap();
+        let mut expected = format!(
+            "The data markers of this message use the nonce {nonce}.\n\n\
+             OPERATOR QUESTION:\n<<<BEGIN {nonce} question>>>\n{query}\n<<<END {nonce}>>>\n\n\
+             DRAFT REPORT UNDER REVIEW (JSON):\n<<<BEGIN {nonce} report>>>\n{report}\n<<<END {nonce}>>>\n\n\
+             VERIFIED EVIDENCE, grouped by the analysis that cites it:\n"
+        );
+        for group in &snapshot.analyses {
+            let evidence = strip_invisible(&serde_json::to_string(&group.evidence).unwrap());
+            expected.push_str(&format!(
+                "\n<<<BEGIN {nonce} evidence analysis={} kind={}>>>\n{evidence}\n<<<END {nonce}>>>\n",
+                serde_json::to_string(&group.analysis_id).unwrap(),
+                group.kind.as_str()
+            ));
+        }
+        expected.push_str("\nAnswer with the JSON verdict object only.");
+        let req = semantic_request(
+            &shape(StructuredOutput::JsonSchema),
+            query,
+            &draft,
+            &snapshot,
+            nonce,
+        )
+        .unwrap();
+        let body: Value = serde_json::from_str(req.body().get()).unwrap();
+        assert_eq!(body["messages"][1]["content"].as_str().unwrap(), expected);
+        assert_eq!(body["messages"][0]["content"], SEMANTIC_SYSTEM_PROMPT);
+        assert_eq!(
+            body["response_format"]["json_schema"]["schema"],
+            verdict_schema()
+        );
     }
 
     #[test]
