@@ -4,6 +4,7 @@
 //! Commands go through one lazily connected [`ConnectionManager`] (it reconnects by itself,
 //! so the service starts and recovers while Redis is down); pub/sub has its own connection.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -237,6 +238,12 @@ pub struct RedisStore {
     conn: ConnectionManager,
     keys: Keys,
     result_ttl_seconds: u64,
+    /// Shared by every clone (a clone per release step): the scripts' texts are large.
+    scripts: Arc<Scripts>,
+}
+
+/// The Lua scripts, loaded into Redis by their first use (EVALSHA, then EVAL if missing).
+struct Scripts {
     unlock: Script,
     begin: Script,
     commit: Script,
@@ -284,11 +291,13 @@ impl RedisStore {
             conn,
             keys: Keys::new(&config.key_prefix),
             result_ttl_seconds: config.result_ttl_seconds,
-            unlock: Script::new(UNLOCK_SCRIPT),
-            begin: Script::new(BEGIN_SCRIPT),
-            commit: Script::new(COMMIT_SCRIPT),
-            load: Script::new(LOAD_SCRIPT),
-            records: Script::new(RECORDS_SCRIPT),
+            scripts: Arc::new(Scripts {
+                unlock: Script::new(UNLOCK_SCRIPT),
+                begin: Script::new(BEGIN_SCRIPT),
+                commit: Script::new(COMMIT_SCRIPT),
+                load: Script::new(LOAD_SCRIPT),
+                records: Script::new(RECORDS_SCRIPT),
+            }),
         })
     }
 
@@ -304,6 +313,7 @@ impl RedisStore {
     ) -> Result<Begin, StoreError> {
         let mut conn = self.conn.clone();
         let (what, text, number): (String, String, i64) = self
+            .scripts
             .begin
             .key(self.keys.release(run))
             .key(self.keys.lock(run))
@@ -338,7 +348,7 @@ impl RedisStore {
         max_calls: usize,
         limits: RecordLimits,
     ) -> Result<(bool, CallsList, LoadedRecords), StoreError> {
-        let mut invocation = self.load.prepare_invoke();
+        let mut invocation = self.scripts.load.prepare_invoke();
         invocation
             .key(self.keys.calls(run))
             .key(self.keys.cancelled(run));
@@ -377,7 +387,7 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(LoadedRecords::default());
         }
-        let mut invocation = self.records.prepare_invoke();
+        let mut invocation = self.scripts.records.prepare_invoke();
         for id in ids {
             invocation.key(self.keys.call(run, id));
         }
@@ -445,6 +455,7 @@ impl RedisStore {
     ) -> Result<Committed, StoreError> {
         let mut conn = self.conn.clone();
         let (what, stored): (String, String) = self
+            .scripts
             .commit
             .key(self.keys.lock(run))
             .key(self.keys.release(run))
@@ -512,6 +523,7 @@ impl RedisStore {
     pub(super) async fn unlock(&self, run: &str, token: &str) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         let _: i64 = self
+            .scripts
             .unlock
             .key(self.keys.lock(run))
             .arg(token)
