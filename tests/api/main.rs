@@ -6,6 +6,7 @@
 mod common;
 
 mod cancel;
+mod cluster;
 mod conformance;
 mod faults;
 mod helpers;
