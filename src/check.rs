@@ -159,29 +159,35 @@ impl RunBundle {
 /// (`release-harness seed`): for replaying recorded runs against a running service.
 pub async fn seed_redis(config: &Config, bundle: &RunBundle) -> Result<usize, String> {
     let keys = crate::store::Keys::new(&config.redis.key_prefix);
-    let mut conn = redis::Client::open(config.redis.url.as_str())
-        .map_err(|e| e.to_string())?
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| format!("cannot reach Redis at {}: {e}", config.redis.url))?;
+    let mut conn = crate::store::RedisConnection::open(&config.redis).map_err(|e| e.to_string())?;
     let records = bundle.records().map_err(|e| e.to_string())?;
-    let mut pipe = redis::pipe();
-    pipe.atomic();
+    // One transaction per run: a run's keys share a Redis Cluster slot, different runs' may not.
+    let mut per_run: std::collections::BTreeMap<&str, redis::Pipeline> = Default::default();
+    let transaction = || {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        pipe
+    };
     for (run, call, record) in &records {
         let key = keys.call(run, call);
+        let pipe = per_run.entry(run.as_str()).or_insert_with(transaction);
         pipe.del(&key).ignore();
         let fields: Vec<(&String, &String)> = record.iter().collect();
         if !fields.is_empty() {
             pipe.hset_multiple(&key, &fields).ignore();
         }
     }
-    for (run, calls) in bundle.calls_lists().map_err(|e| e.to_string())? {
-        pipe.del(keys.calls(&run)).ignore();
-        pipe.rpush(keys.calls(&run), calls).ignore();
+    let calls_lists = bundle.calls_lists().map_err(|e| e.to_string())?;
+    for (run, calls) in &calls_lists {
+        let pipe = per_run.entry(run.as_str()).or_insert_with(transaction);
+        pipe.del(keys.calls(run)).ignore();
+        pipe.rpush(keys.calls(run), calls).ignore();
     }
-    pipe.query_async::<()>(&mut conn)
-        .await
-        .map_err(|e| e.to_string())?;
+    for pipe in per_run.values() {
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| format!("cannot write to Redis: {e}"))?;
+    }
     Ok(records.len())
 }
 

@@ -120,10 +120,7 @@ async fn the_watch_tick_renews_and_checks_runs_in_flight_across_slots() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut conn = app.redis().await;
     let _: () = conn
-        .set(
-            format!("{}:run:{{{}}}:cancelled", app.prefix, runs[7]),
-            "1",
-        )
+        .set(format!("{}:run:{{{}}}:cancelled", app.prefix, runs[7]), "1")
         .await
         .unwrap();
     for (i, pending) in pending.into_iter().enumerate() {
@@ -189,7 +186,14 @@ impl OwnCluster {
         for port in &self.ports {
             let child = std::process::Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--cluster-enabled", "yes"])
+                .args([
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--cluster-enabled",
+                    "yes",
+                ])
                 .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
                 .args(["--cluster-node-timeout", "5000"])
                 .arg("--dir")
@@ -290,7 +294,11 @@ async fn the_cluster_down_is_503_everywhere_then_the_service_recovers_by_itself(
     cluster.stop();
     let down = unique_run("cluster-down");
     assert_eq!(
-        error_code(app.post_release(&down, &release_body(good_draft())).await, 503).await,
+        error_code(
+            app.post_release(&down, &release_body(good_draft())).await,
+            503
+        )
+        .await,
         "store_unavailable"
     );
     assert_eq!(
