@@ -123,10 +123,13 @@ PY
 }
 
 # start_cluster_node PORT: (re)starts one cluster node of CLUSTER_DIR; its nodes.conf there
-# keeps its identity, so a restarted node rejoins (as a replica if it was failed over).
+# keeps its identity, so a restarted node rejoins (as a replica if it was failed over). Each
+# node has its own RDB file name: a replica's full sync goes through that file, and replicas
+# syncing at once into one shared dump.rdb would load each other's data.
 start_cluster_node() {
   local port=$1
   redis-server --port "$port" --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
+    --dbfilename "dump-$port.rdb" \
     --cluster-enabled yes --cluster-config-file "nodes-$port.conf" --cluster-node-timeout 1000 \
     --pidfile "$CLUSTER_DIR/redis-$port.pid" --dir "$CLUSTER_DIR" \
     --logfile "$CLUSTER_DIR/redis-$port.log" >/dev/null

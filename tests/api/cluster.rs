@@ -195,6 +195,7 @@ impl OwnCluster {
                     "yes",
                 ])
                 .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                .args(["--dbfilename", &format!("dump-{port}.rdb")])
                 .args(["--cluster-node-timeout", "5000"])
                 .arg("--dir")
                 .arg(self.dir.path())
