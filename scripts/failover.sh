@@ -8,6 +8,10 @@
 # rejoins as a replica. Meanwhile a probe releases a fresh run on the killed master's slots
 # every 100 ms (a controlled stop, no model call), alternating between the two harness
 # replicas, neither of which is restarted.
+# Loss needs a write the master acknowledged and had not yet sent to its replica when it died:
+# on loopback that window is microseconds (the reply and the replication stream leave in the
+# same event-loop turn), so with min_replicas_ack=0 the count is usually 0 here; on a real
+# network, or with a lagging replica, it is not.
 #   scripts/failover.sh [MIN_REPLICAS_ACK=0] [DURATION_SECONDS=40] [RATE=50] [KILL_AT=10]
 # Prints the promotion time, the gap (kill -9 to the first 200 on the killed master's slots),
 # and the answers lost: answered 200 but missing or different in the store afterwards.

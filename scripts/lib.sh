@@ -159,11 +159,15 @@ cluster_masters() {
 }
 
 stop_redis_cluster() {
-  local port pid
+  local port pid pids=()
   for port in "${CLUSTER_PORTS[@]:-}"; do
     [ -n "$port" ] && [ -f "$CLUSTER_DIR/redis-$port.pid" ] || continue
     pid=$(cat "$CLUSTER_DIR/redis-$port.pid")
-    kill "$pid" 2>/dev/null || true
+    kill "$pid" 2>/dev/null && pids+=("$pid")
+  done
+  for pid in "${pids[@]:-}"; do
+    [ -n "$pid" ] || continue
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
   CLUSTER_PORTS=()
 }
