@@ -131,8 +131,8 @@ async fn the_watch_tick_renews_and_checks_runs_in_flight_across_slots() {
     }
 }
 
-/// A Redis Cluster owned by the test: three masters, no replicas, on loopback ports whose
-/// cluster bus ports (+10000) are free too; stopped on drop.
+/// A Redis Cluster owned by the test: three masters with `replicas` replicas each, on
+/// loopback ports whose cluster bus ports (+10000) are free too; stopped on drop.
 struct OwnCluster {
     ports: Vec<u16>,
     dir: tempfile::TempDir,
@@ -150,10 +150,10 @@ fn cluster_port() -> u16 {
 }
 
 impl OwnCluster {
-    fn start() -> OwnCluster {
+    fn start(replicas: usize) -> OwnCluster {
         let dir = tempfile::tempdir().unwrap();
         let mut ports: Vec<u16> = Vec::new();
-        while ports.len() < 3 {
+        while ports.len() < 3 * (1 + replicas) {
             let port = cluster_port();
             if !ports.contains(&port) {
                 ports.push(port);
@@ -174,7 +174,7 @@ impl OwnCluster {
             .arg("--cluster")
             .arg("create")
             .args(&nodes)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli runs");
         assert!(created.status.success(), "{created:?}");
@@ -238,6 +238,39 @@ impl OwnCluster {
             .join(",")
     }
 
+    /// `redis-cli -p PORT ARGS...`, its output.
+    fn cli(port: u16, args: &[&str]) -> String {
+        std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// A node that is a replica now.
+    fn a_replica(&self) -> u16 {
+        *self
+            .ports
+            .iter()
+            .find(|p| Self::cli(**p, &["role"]).starts_with("slave"))
+            .expect("the cluster has a replica")
+    }
+
+    /// Pub/sub connections on each node.
+    fn subscribers(&self, port: u16) -> usize {
+        Self::cli(port, &["client", "list", "type", "pubsub"])
+            .lines()
+            .filter(|l| !l.is_empty())
+            .count()
+    }
+
+    fn kill_9(&mut self, port: u16) {
+        let i = self.ports.iter().position(|p| *p == port).unwrap();
+        let _ = self.children[i].kill();
+        let _ = self.children[i].wait();
+    }
+
     /// SIGTERM to every node: each saves its nodes.conf (its slots) and exits.
     fn stop(&mut self) {
         for child in &mut self.children {
@@ -276,7 +309,7 @@ async fn wait_ready(app: &TestApp, ready: bool) {
 
 #[actix_rt::test]
 async fn the_cluster_down_is_503_everywhere_then_the_service_recovers_by_itself() {
-    let mut cluster = OwnCluster::start();
+    let mut cluster = OwnCluster::start(0);
     let server = wiremock::MockServer::start().await;
     on_semantic(&server, verdict("SUPPORTED", "the evidence shows it")).await;
     let app = spawn_app(AppOptions {
@@ -329,5 +362,98 @@ async fn the_cluster_down_is_503_everywhere_then_the_service_recovers_by_itself(
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&stored).unwrap(),
         answer
+    );
+}
+
+#[actix_rt::test]
+async fn a_cancel_reaches_the_release_after_the_node_holding_the_subscriptions_is_killed() {
+    let mut cluster = OwnCluster::start(1);
+    // Replicas subscribe on the first seed that answers: a replica here, killed below (no
+    // failover needed, every slot stays served).
+    let replica = cluster.a_replica();
+    let seeds = std::iter::once(replica)
+        .chain(cluster.ports.iter().copied().filter(|p| *p != replica))
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    // No marker poll during the test: only pub/sub, or the marker check after a
+    // re-subscription, can bring the cancel.
+    let no_poll = || -> Box<dyn FnOnce(&mut release_harness::config::Config)> {
+        Box::new(|c| {
+            c.cancel.poll_interval_ms = 60_000;
+            c.redis.lock_lease_ms = 180_000;
+        })
+    };
+    let mut hanging = HangingModel::start();
+    let prefix = unique_prefix("cluster-sub");
+    let a = spawn_app(AppOptions {
+        model: Some(hanging.url.clone()),
+        redis_url: Some(seeds.clone()),
+        prefix: Some(prefix.clone()),
+        tweak: no_poll(),
+    })
+    .await;
+    let b = spawn_app(AppOptions {
+        redis_url: Some(seeds.clone()),
+        prefix: Some(prefix.clone()),
+        tweak: no_poll(),
+        ..Default::default()
+    })
+    .await;
+    for _ in 0..100 {
+        if cluster.subscribers(replica) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        cluster.subscribers(replica),
+        2,
+        "both subscribed on the replica"
+    );
+
+    let run = unique_run("cluster-sub");
+    a.seed(&standard_invocations(&run)).await;
+    let pending = release_in_background(&a.client, &a.address, &run);
+    assert_eq!(
+        hanging.next(Duration::from_secs(5)).await,
+        Some(Event::Received)
+    );
+    cluster.kill_9(replica);
+    let others: Vec<u16> = cluster
+        .ports
+        .iter()
+        .copied()
+        .filter(|p| *p != replica)
+        .collect();
+    for _ in 0..100 {
+        if others
+            .iter()
+            .map(|p| cluster.subscribers(*p))
+            .sum::<usize>()
+            == 2
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        others
+            .iter()
+            .map(|p| cluster.subscribers(*p))
+            .sum::<usize>(),
+        2,
+        "both subscribed again on another node"
+    );
+    assert_eq!(b.cancel(&run).await.status().as_u16(), 202);
+    let answer = tokio::time::timeout(Duration::from_secs(5), pending)
+        .await
+        .expect("the cancel reached replica A")
+        .unwrap();
+    assert_eq!(json(answer).await["outcome"], "CANCELLED");
+    assert_eq!(
+        hanging.next(Duration::from_secs(2)).await,
+        Some(Event::Closed),
+        "the pending model call was aborted"
     );
 }
