@@ -246,6 +246,9 @@ pub struct RedisStore {
     /// `redis.min_replicas_ack` and its WAIT timeout: 0 = the commit does not wait.
     min_replicas_ack: u32,
     min_replicas_ack_timeout_ms: u64,
+    /// Bounds a subscription attempt on one node, so a seed that does not answer at all
+    /// does not hold the listener back from the next one.
+    connection_timeout: Duration,
     unlock: Script,
     begin: Script,
     commit: Script,
@@ -298,6 +301,7 @@ impl RedisStore {
             result_ttl_seconds: config.result_ttl_seconds,
             min_replicas_ack: config.min_replicas_ack,
             min_replicas_ack_timeout_ms: config.min_replicas_ack_timeout_ms,
+            connection_timeout: Duration::from_millis(config.connection_timeout_ms),
             unlock: Script::new(UNLOCK_SCRIPT),
             begin: Script::new(BEGIN_SCRIPT),
             commit: Script::new(COMMIT_SCRIPT),
@@ -679,9 +683,15 @@ impl RedisStore {
                 pubsub.subscribe(self.keys.cancel_channel()).await?;
                 Ok::<_, RedisError>(pubsub)
             };
-            match subscribed.await {
-                Ok(pubsub) => return Ok(CancelSubscription { pubsub }),
-                Err(e) => failure = failed("subscribe")(e),
+            match tokio::time::timeout(self.connection_timeout, subscribed).await {
+                Ok(Ok(pubsub)) => return Ok(CancelSubscription { pubsub }),
+                Ok(Err(e)) => failure = failed("subscribe")(e),
+                Err(_) => {
+                    failure = failed("subscribe")(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "subscribing timed out",
+                    )))
+                }
             }
         }
         Err(failure)
