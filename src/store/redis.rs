@@ -241,6 +241,11 @@ pub struct RedisStore {
     pubsub_nodes: Arc<Vec<Client>>,
     next_pubsub_node: Arc<AtomicUsize>,
     conn: RedisConnection,
+    /// The commits' connection: `conn` itself, or with `redis.min_replicas_ack` > 0 one of
+    /// their own, because WAIT blocks the connection it is sent on (on the server, every later
+    /// command of that connection waits for it) and must not hold up begins, loads and the
+    /// lease renewals of the watch tick.
+    commit_conn: RedisConnection,
     keys: Keys,
     result_ttl_seconds: u64,
     /// `redis.min_replicas_ack` and its WAIT timeout: 0 = the commit does not wait.
@@ -293,10 +298,15 @@ impl RedisStore {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(failed("connect"))?
         };
+        let commit_conn = match config.min_replicas_ack {
+            0 => conn.clone(),
+            _ => RedisConnection::open(config)?,
+        };
         Ok(RedisStore {
             pubsub_nodes: Arc::new(pubsub_nodes),
             next_pubsub_node: Arc::new(AtomicUsize::new(0)),
             conn,
+            commit_conn,
             keys: Keys::new(&config.key_prefix),
             result_ttl_seconds: config.result_ttl_seconds,
             min_replicas_ack: config.min_replicas_ack,
@@ -556,7 +566,7 @@ impl RedisStore {
         keys: &[String],
         args: &[&str],
     ) -> Result<(Value, Option<i64>), RedisError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.commit_conn.clone();
         if self.min_replicas_ack == 0 {
             let mut invocation = script.prepare_invoke();
             for key in keys {
