@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 pub use self::memory::MemoryStore;
-pub use self::redis::{CancelSubscription, RedisStore};
+pub use self::redis::{CancelSubscription, RedisConnection, RedisStore};
 
 /// The holder part of a lock token (`replica/random`), for the 409 message.
 pub fn lock_holder(token: &str) -> Option<&str> {
