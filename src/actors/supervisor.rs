@@ -107,6 +107,8 @@ pub struct RunSupervisor {
     evidence: Option<Arc<RunEvidence>>,
     /// A repair ran: the marker the load read is no longer fresh, and no second repair.
     repaired: bool,
+    /// The registry was told the release is over.
+    forgotten: bool,
 }
 
 impl RunSupervisor {
@@ -144,6 +146,7 @@ impl RunSupervisor {
             query: String::new(),
             evidence: None,
             repaired: false,
+            forgotten: false,
         }
     }
 
@@ -597,9 +600,24 @@ impl RunSupervisor {
         ));
     }
 
+    /// Tells the registry this release is over (once).
+    fn forget(&mut self) {
+        if !self.forgotten {
+            self.forgotten = true;
+            self.registry.do_send(RunEnded {
+                run_id: self.run_id.clone(),
+                supervisor: self.id,
+            });
+        }
+    }
+
     /// Answers the caller and stops the run, freeing a lock this release may still hold.
     fn finish(&mut self, answer: Result<Released, ReleaseError>, ctx: &mut Context<Self>) {
         self.phase = Phase::Committing;
+        // The registry forgets the run before the caller hears the answer: a retry that
+        // follows at once starts a new release (which finds what is stored) instead of
+        // meeting this one while it frees its lock.
+        self.forget();
         if let Some(reply) = self.reply.take() {
             let _ = reply.send(answer);
         }
@@ -659,10 +677,7 @@ impl Actor for RunSupervisor {
 
     fn stopped(&mut self, _: &mut Self::Context) {
         self.stop_children(true);
-        self.registry.do_send(RunEnded {
-            run_id: std::mem::take(&mut self.run_id),
-            supervisor: self.id,
-        });
+        self.forget();
         super::actor_stopped();
     }
 }
