@@ -437,8 +437,9 @@ impl RunSupervisor {
     /// SemanticGuard reviews the Draft against its snapshot.
     fn judge(&mut self, judged: Arc<Judgeable>, ctx: &mut Context<Self>) {
         // The evidence served EvidenceGuard and the snapshot; a parked release keeps only
-        // what it releases.
+        // what it releases (and the EvidenceGuard actor has nothing left to decide).
         self.evidence = None;
+        tell(self.children.evidence_guard.take(), false);
         let Some(semantic) = self.semantic_actor(ctx) else {
             let result = after_judgement(
                 &self.run_id,
