@@ -86,9 +86,25 @@ for w in "${workers[@]}"; do
   track "$pid"
   wait_ready "http://127.0.0.1:$port"
   cpu_before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  threads_before=$(for t in /proc/$pid/task/*; do echo "$(cat "$t/comm" | tr ' ' '_')#$(basename "$t") $(awk '{print $14 + $15}' "$t/stat")"; done)
   wrk -t2 -c"$connections" -d"${duration}s" --timeout 10s -s "$work/release.lua" \
     "http://127.0.0.1:$port" -- "$work/body.json" >"$work/wrk-$w.txt" 2>&1 || true
   cpu_after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  threads_after=$(for t in /proc/$pid/task/*; do echo "$(cat "$t/comm" | tr ' ' '_')#$(basename "$t") $(awk '{print $14 + $15}' "$t/stat")"; done)
+  # CPU per thread name (the worker threads, the system arbiter, tokio's blocking pool).
+  threads=$(python3 - "$threads_before" "$threads_after" "$(getconf CLK_TCK)" <<'PY'
+import collections, sys
+def read(text):
+    out = collections.Counter()
+    for line in text.splitlines():
+        name, ticks = line.rsplit(" ", 1)
+        out[name] += int(ticks)
+    return out
+before, after, tck = read(sys.argv[1]), read(sys.argv[2]), int(sys.argv[3])
+used = {k: (after[k] - before.get(k, 0)) / tck for k in after}
+print(", ".join(f"{k} {v:.1f}s" for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v >= 0.1))
+PY
+)
   cpu=$(( (cpu_after - cpu_before) * 100 / $(getconf CLK_TCK) ))
   outcomes=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^harness_releases_total\{/ && $2 > 0 {printf "%s=%d ", $1, $2}')
   kill "$pid"
@@ -105,5 +121,6 @@ print(f"workers {w}: {requests / seconds:.0f} releases/s ({requests} in {seconds
       f"{100 * cpu / seconds:.0f}% of one core, {1e6 * cpu / max(requests, 1):.0f} us per release; "
       f"{outcomes.strip()}")
 PY
+  echo "  harness CPU by thread: $threads"
   redis-cli -p "$REDIS_PORT" flushall >/dev/null
 done
