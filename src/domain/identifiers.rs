@@ -271,37 +271,13 @@ impl<'a> Iterator for Pieces<'a> {
 /// missing context) must name none of the run's call ids and none of its Redis keys. One
 /// violation per field; the detail names the field, never its text.
 pub fn draft_names_identifier(draft: &Draft, ids: &RunIdentifiers) -> Vec<Violation> {
-    let mut fields: Vec<(String, &'static str, &str)> = Vec::new();
-    if let Some(conclusion) = &draft.conclusion {
-        fields.push(("conclusion".into(), "the conclusion text", &conclusion.text));
-    }
-    for (i, analysis) in draft.analyses.iter().enumerate() {
-        let at = format!("analyses[{i}]");
-        fields.push((at.clone(), "the analysis id", &analysis.id));
-        if let AnalysisKind::Unsupported(kind) = &analysis.kind {
-            fields.push((at.clone(), "the analysis kind", kind));
-        }
-        fields.push((at, "the analysis text", &analysis.text));
-    }
-    for (i, item) in draft.action_plan.iter().enumerate() {
-        fields.push((format!("action_plan[{i}]"), "the text", &item.text));
-    }
-    for (i, item) in draft.recommendations.iter().enumerate() {
-        fields.push((format!("recommendations[{i}]"), "the text", &item.text));
-    }
-    for (i, text) in draft.limitations.iter().enumerate() {
-        fields.push((format!("limitations[{i}]"), "the limitation", text));
-    }
-    for (i, text) in draft.missing_context.iter().enumerate() {
-        fields.push((format!("missing_context[{i}]"), "the missing context", text));
-    }
-    fields
-        .into_iter()
-        .filter_map(|(at, what, text)| {
-            let found = ids.first_in(text)?;
-            Some(Violation {
+    let mut violations = Vec::new();
+    // The field's path is written only for a field that names an identifier.
+    let mut check = |at: &dyn Fn() -> String, what: &str, text: &str| {
+        if let Some(found) = ids.first_in(text) {
+            violations.push(Violation {
                 rule: Rule::DraftNamesIdentifier,
-                at,
+                at: at(),
                 detail: format!(
                     "{what} names {}; a repair may not change text",
                     found.describe()
@@ -310,9 +286,41 @@ pub fn draft_names_identifier(draft: &Draft, ids: &RunIdentifiers) -> Vec<Violat
                     Found::CallId(id) => Some(id),
                     Found::RedisKey => None,
                 },
-            })
-        })
-        .collect()
+            });
+        }
+    };
+    if let Some(conclusion) = &draft.conclusion {
+        check(
+            &|| "conclusion".into(),
+            "the conclusion text",
+            &conclusion.text,
+        );
+    }
+    for (i, analysis) in draft.analyses.iter().enumerate() {
+        let at = || format!("analyses[{i}]");
+        check(&at, "the analysis id", &analysis.id);
+        if let AnalysisKind::Unsupported(kind) = &analysis.kind {
+            check(&at, "the analysis kind", kind);
+        }
+        check(&at, "the analysis text", &analysis.text);
+    }
+    for (i, item) in draft.action_plan.iter().enumerate() {
+        check(&|| format!("action_plan[{i}]"), "the text", &item.text);
+    }
+    for (i, item) in draft.recommendations.iter().enumerate() {
+        check(&|| format!("recommendations[{i}]"), "the text", &item.text);
+    }
+    for (i, text) in draft.limitations.iter().enumerate() {
+        check(&|| format!("limitations[{i}]"), "the limitation", text);
+    }
+    for (i, text) in draft.missing_context.iter().enumerate() {
+        check(
+            &|| format!("missing_context[{i}]"),
+            "the missing context",
+            text,
+        );
+    }
+    violations
 }
 
 #[cfg(test)]
