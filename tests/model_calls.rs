@@ -450,6 +450,7 @@ async fn a_refused_connection_is_a_transport_failure() {
 async fn requests_carry_the_configured_model_key_and_format() {
     for (mode, format) in [
         (StructuredOutput::JsonSchema, json!("json_schema")),
+        (StructuredOutput::JsonObjectSchema, json!("json_object")),
         (StructuredOutput::JsonObject, json!("json_object")),
         (StructuredOutput::None, Value::Null),
     ] {
@@ -492,4 +493,58 @@ async fn tokens_and_bytes_are_accounted_in_the_audit() {
     assert_eq!(attempt["request_bytes"], sent);
     assert_eq!(out.audit["budget"]["tokens"], 1225);
     assert_eq!(out.audit["budget"]["model_calls"], 1);
+}
+
+#[actix_rt::test]
+async fn a_request_the_server_rejects_as_invalid_is_not_retried_and_its_message_is_audited() {
+    // llama-cpp-python's answer to a response_format it does not know: HTTP 500 with a
+    // pydantic message.
+    let body = json!({"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
+        "msg": "Input should be 'text' or 'json_object'", "input": "json_schema"}]});
+    for response in [
+        ResponseTemplate::new(500).set_body_json(body.clone()),
+        ResponseTemplate::new(400).set_body_json(json!({"error": {"code": 400, "message": "'response_format' of type 'json_schema' is not supported", "type": "invalid_request_error"}})),
+        ResponseTemplate::new(422).set_body_string("Unprocessable Entity"),
+        ResponseTemplate::new(400).set_body_json(json!({"object": "error", "message": "bad schema", "type": "BadRequestError", "code": 400})),
+    ] {
+        let server = MockServer::start().await;
+        on_semantic(&server, response).await;
+        let run = unique_run("rejected");
+        let out = release(
+            config(Some(&server.uri())),
+            &bundle(&run, good_draft(), standard_invocations(&run)),
+        )
+        .await;
+        assert_eq!(requests(&server).await.len(), 1, "a rejected request is sent once");
+        assert_eq!(outcomes(&out.audit), vec!["semantic:rejected"]);
+        let detail = out.audit["model_attempts"][0]["detail"].as_str().unwrap();
+        assert!(detail.starts_with("HTTP 4") || detail.starts_with("HTTP 5"), "{detail}");
+        assert!(detail.len() > "HTTP 400: ".len(), "the server's words are kept: {detail}");
+        assert_eq!(
+            out.result.fallback_type.map(|f| f.as_str()),
+            Some("SEMANTIC_UNAVAILABLE")
+        );
+        assert!(!out.json.contains("Input should be"), "nothing of it in the result");
+    }
+}
+
+#[actix_rt::test]
+async fn a_server_fault_is_still_retried() {
+    let server = MockServer::start().await;
+    on_semantic(&server, ResponseTemplate::new(500).set_body_string("CUDA out of memory")).await;
+    let run = unique_run("fault-retried");
+    let out = release(
+        config(Some(&server.uri())),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    )
+    .await;
+    assert_eq!(requests(&server).await.len(), 2);
+    assert_eq!(
+        outcomes(&out.audit),
+        vec!["semantic:transport", "semantic:transport"]
+    );
+    assert_eq!(
+        out.audit["model_attempts"][0]["detail"],
+        "HTTP 500: CUDA out of memory"
+    );
 }

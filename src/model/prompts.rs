@@ -104,6 +104,7 @@ fn response_format(mode: StructuredOutput, name: &str, schema: Value) -> Option<
             "type": "json_schema",
             "json_schema": {"name": name, "strict": true, "schema": schema}
         })),
+        StructuredOutput::JsonObjectSchema => Some(json!({"type": "json_object", "schema": schema})),
         StructuredOutput::JsonObject => Some(json!({"type": "json_object"})),
         StructuredOutput::None => None,
     }
@@ -306,6 +307,12 @@ mod tests {
         assert_eq!(
             semantic(StructuredOutput::JsonObject)["response_format"]["type"],
             "json_object"
+        );
+        let llama_cpp_python = semantic(StructuredOutput::JsonObjectSchema);
+        assert_eq!(llama_cpp_python["response_format"]["type"], "json_object");
+        assert_eq!(
+            llama_cpp_python["response_format"]["schema"],
+            verdict_schema()
         );
         assert!(semantic(StructuredOutput::None)
             .get("response_format")
