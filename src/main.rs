@@ -53,6 +53,33 @@ enum Command {
         /// The run bundle (JSON).
         bundle: std::path::PathBuf,
     },
+    /// Measure the configured judge on a labelled corpus (run bundles with a label):
+    /// confusion matrix, false-release, false-block, technical-failure and injection
+    /// success rates, latency and tokens. Exits 1 above --max-false-release (or
+    /// --max-protocol-failures, or when a case never reached the judge), 2 for a bad
+    /// corpus or configuration.
+    Eval(EvalArgs),
+}
+
+#[derive(clap::Args)]
+struct EvalArgs {
+    /// A directory of labelled cases (*.json), e.g. eval/corpus.
+    corpus: std::path::PathBuf,
+    /// Where report.json and report.md go (default eval-reports/<UTC time>).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    /// Exit 1 when the false-release rate is above this (0.0 to 1.0).
+    #[arg(long)]
+    max_false_release: Option<f64>,
+    /// Exit 1 when more model attempts than this failed for a protocol reason.
+    #[arg(long)]
+    max_protocol_failures: Option<usize>,
+    /// Run only the first N cases (in file-name order).
+    #[arg(long)]
+    limit: Option<usize>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 fn main() -> ExitCode {
@@ -63,6 +90,7 @@ fn main() -> ExitCode {
         Command::Soak(args) => soak(args),
         Command::Seed { bundle, print_body } => seed(&bundle, print_body),
         Command::FakeModel { listen, verdict } => fake_model(&listen, &verdict),
+        Command::Eval(args) => eval(args),
     }
 }
 
@@ -229,4 +257,82 @@ fn check(path: &std::path::Path) -> ExitCode {
         .unwrap_or(output.json.clone());
     println!("{pretty}");
     ExitCode::from(output.exit_code() as u8)
+}
+
+fn eval(args: EvalArgs) -> ExitCode {
+    use release_harness::eval::{load_corpus, run_eval, write_report, Progress};
+    let bad = |message: String| {
+        eprintln!("release-harness eval: {message}");
+        ExitCode::from(2)
+    };
+    if let Some(r) = args.max_false_release {
+        if !(0.0..=1.0).contains(&r) {
+            return bad(format!("--max-false-release must be within 0..=1, not {r}"));
+        }
+    }
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => return bad(e.to_string()),
+    };
+    let mut cases = match load_corpus(&args.corpus) {
+        Ok(c) => c,
+        Err(e) => return bad(e.to_string()),
+    };
+    if let Some(limit) = args.limit {
+        cases.truncate(limit);
+    }
+    let progress = if args.quiet {
+        Progress::Hidden
+    } else {
+        Progress::Bar
+    };
+    let system = actix::System::new();
+    let report = match system.block_on(run_eval(&config, &args.corpus, &cases, progress)) {
+        Ok(r) => r,
+        Err(e) => return bad(e.to_string()),
+    };
+    let out = args.out.unwrap_or_else(|| {
+        std::path::PathBuf::from("eval-reports")
+            .join(chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string())
+    });
+    if let Err(e) = write_report(&report, &out) {
+        return bad(e.to_string());
+    }
+    println!("{}", report.table());
+    eprintln!(
+        "report: {}/report.json, {}/report.md",
+        out.display(),
+        out.display()
+    );
+    let mut failed = Vec::new();
+    if let (Some(max), Some(rate)) = (args.max_false_release, report.false_release_rate) {
+        if rate > max {
+            failed.push(format!(
+                "false-release rate {:.3} is above --max-false-release {max}",
+                rate
+            ));
+        }
+    }
+    if let Some(max) = args.max_protocol_failures {
+        if report.protocol_failures > max {
+            failed.push(format!(
+                "{} protocol failure(s), more than --max-protocol-failures {max}",
+                report.protocol_failures
+            ));
+        }
+    }
+    if report.not_judged > 0 {
+        failed.push(format!(
+            "{} case(s) never reached the judge (see report.md)",
+            report.not_judged
+        ));
+    }
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        for f in failed {
+            eprintln!("release-harness eval: {f}");
+        }
+        ExitCode::FAILURE
+    }
 }

@@ -531,7 +531,11 @@ async fn a_request_the_server_rejects_as_invalid_is_not_retried_and_its_message_
 #[actix_rt::test]
 async fn a_server_fault_is_still_retried() {
     let server = MockServer::start().await;
-    on_semantic(&server, ResponseTemplate::new(500).set_body_string("CUDA out of memory")).await;
+    on_semantic(
+        &server,
+        ResponseTemplate::new(500).set_body_string("CUDA out of memory"),
+    )
+    .await;
     let run = unique_run("fault-retried");
     let out = release(
         config(Some(&server.uri())),

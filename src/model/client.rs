@@ -57,8 +57,7 @@ impl ModelClient {
             .with_api_key(config.api_key.clone())
             .with_org_id("")
             .with_project_id("");
-        let client =
-            Client::build(http.clone(), openai).with_http_service(StatusService { http });
+        let client = Client::build(http.clone(), openai).with_http_service(StatusService { http });
         Ok(ModelClient { client })
     }
 

@@ -104,7 +104,9 @@ fn response_format(mode: StructuredOutput, name: &str, schema: Value) -> Option<
             "type": "json_schema",
             "json_schema": {"name": name, "strict": true, "schema": schema}
         })),
-        StructuredOutput::JsonObjectSchema => Some(json!({"type": "json_object", "schema": schema})),
+        StructuredOutput::JsonObjectSchema => {
+            Some(json!({"type": "json_object", "schema": schema}))
+        }
         StructuredOutput::JsonObject => Some(json!({"type": "json_object"})),
         StructuredOutput::None => None,
     }
