@@ -59,6 +59,15 @@ enum Command {
     /// --max-protocol-failures, or when a case never reached the judge), 2 for a bad
     /// corpus or configuration.
     Eval(EvalArgs),
+    /// Check the configured model server: one canary, one tiny judge and one tiny repair
+    /// request with the configured settings. Says in plain words whether structured output
+    /// is honoured, whether the system prompt reaches the model, whether the prompt token
+    /// count is plausible, the latency, and what to change. Exits 1 on a protocol problem.
+    ProbeModel {
+        /// Also write the report as JSON to this file.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -91,6 +100,7 @@ fn main() -> ExitCode {
         Command::Seed { bundle, print_body } => seed(&bundle, print_body),
         Command::FakeModel { listen, verdict } => fake_model(&listen, &verdict),
         Command::Eval(args) => eval(args),
+        Command::ProbeModel { json } => probe_model(json.as_deref()),
     }
 }
 
@@ -103,6 +113,7 @@ fn serve() -> ExitCode {
         }
     };
     telemetry::init_tracing(config.server.log_format);
+    let probe_config = config.clone();
     let system = actix::System::new();
     system.block_on(async move {
         let app = match Application::build(config).await {
@@ -119,7 +130,12 @@ fn serve() -> ExitCode {
             }
         };
         tracing::info!(port = app.port(), "release-harness listening");
-        match app.run_until_stopped().await {
+        // The model set-up check runs beside the service and never delays readiness; its
+        // handle is owned here and aborted when the service stops.
+        let probe = actix_rt::spawn(log_probe(probe_config));
+        let stopped = app.run_until_stopped().await;
+        probe.abort();
+        match stopped {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS
@@ -334,5 +350,51 @@ fn eval(args: EvalArgs) -> ExitCode {
             eprintln!("release-harness eval: {f}");
         }
         ExitCode::FAILURE
+    }
+}
+
+/// `serve`'s start-up check of the model: the probe's findings as log lines.
+async fn log_probe(config: Config) {
+    if !config.model_configured() {
+        tracing::warn!(
+            "no model is configured (model.base_url is empty): every judged release fails closed"
+        );
+        return;
+    }
+    let report = release_harness::model::probe::probe(&config).await;
+    for finding in &report.findings {
+        match finding.level {
+            "ok" => tracing::info!(target: "model_probe", "{}", finding.text),
+            "warn" => tracing::warn!(target: "model_probe", "{}", finding.text),
+            _ => tracing::error!(target: "model_probe", "{}", finding.text),
+        }
+    }
+}
+
+fn probe_model(json: Option<&std::path::Path>) -> ExitCode {
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("release-harness probe-model: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let system = actix::System::new();
+    let report = system.block_on(release_harness::model::probe::probe(&config));
+    print!("{}", report.render());
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!(
+                "release-harness probe-model: cannot write {}: {e}",
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    if report.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }

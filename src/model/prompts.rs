@@ -33,6 +33,14 @@ impl PreparedRequest {
         })
     }
 
+    /// A request from a JSON body built elsewhere (the probe's canary).
+    pub fn from_json(
+        body: &Value,
+        max_output_tokens: u32,
+    ) -> Result<PreparedRequest, serde_json::Error> {
+        PreparedRequest::new(body.clone(), max_output_tokens)
+    }
+
     /// The exact bytes sent.
     pub fn body(&self) -> &RawValue {
         &self.body

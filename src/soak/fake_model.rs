@@ -163,6 +163,15 @@ async fn complete(state: web::Data<FakeState>, body: web::Bytes) -> HttpResponse
     } else {
         options.default_verdict.as_str()
     };
+    // `probe-model`'s canary: a model that reads its system message echoes the probe word.
+    if let Some(word) = system
+        .split_once("Your secret probe word is ")
+        .and_then(|(_, rest)| rest.split_once('.'))
+        .map(|(word, _)| word)
+    {
+        let answer = json!({"verdict": "SUPPORTED", "reason": word}).to_string();
+        return HttpResponse::Ok().json(envelope(&answer, body.len()));
+    }
     let reason = if verdict == "SUPPORTED" {
         "Every claim is backed by the evidence of the analysis it cites."
     } else {
