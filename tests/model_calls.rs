@@ -203,7 +203,7 @@ async fn a_model_answer_after_cancel_is_never_released() {
     let server = MockServer::start().await;
     on_semantic(
         &server,
-        verdict("SUPPORTED", "late").set_delay(Duration::from_millis(400)),
+        verdict("SUPPORTED", "This late answer is dropped.").set_delay(Duration::from_millis(400)),
     )
     .await;
     let run = unique_run("late-answer");
@@ -258,7 +258,11 @@ async fn the_cancel_marker_is_checked_before_each_model_call() {
 #[actix_rt::test]
 async fn a_run_cancelled_before_release_makes_no_model_call() {
     let server = MockServer::start().await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let run = unique_run("marker-first");
     let (registry, store, request) = start_registry(
         config(Some(&server.uri())),
@@ -274,7 +278,11 @@ async fn a_run_cancelled_before_release_makes_no_model_call() {
 async fn the_run_call_budget_denies_the_judge_after_a_repair() {
     let server = MockServer::start().await;
     on_repair(&server, content(&good_draft().to_string())).await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let mut cfg = config(Some(&server.uri()));
     cfg.budget.max_model_calls = 1;
     let run = unique_run("budget-calls");
@@ -327,7 +335,11 @@ async fn limits_and_budgets_deny_without_sending() {
     for (what, needs_repair, tweak, expected) in cases {
         let server = MockServer::start().await;
         on_repair(&server, content(&good_draft().to_string())).await;
-        on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+        on_semantic(
+            &server,
+            verdict("SUPPORTED", "Every claim matches the evidence."),
+        )
+        .await;
         let mut cfg = config(Some(&server.uri()));
         tweak(&mut cfg);
         let run = unique_run("limits");
@@ -458,7 +470,7 @@ async fn requests_carry_the_configured_model_key_and_format() {
         Mock::given(method("POST"))
             .and(path("/v1/chat/completions"))
             .and(header("authorization", "Bearer sk-test-key"))
-            .respond_with(verdict("SUPPORTED", "ok"))
+            .respond_with(verdict("SUPPORTED", "Every claim matches the evidence."))
             .mount(&server)
             .await;
         let mut cfg = config(Some(&format!("{}/v1", server.uri())));
@@ -479,7 +491,11 @@ async fn requests_carry_the_configured_model_key_and_format() {
 #[actix_rt::test]
 async fn tokens_and_bytes_are_accounted_in_the_audit() {
     let server = MockServer::start().await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let run = unique_run("accounting");
     let out = release(
         config(Some(&server.uri())),

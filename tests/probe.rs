@@ -25,7 +25,7 @@ fn canary_word(r: &Request) -> Option<String> {
 fn obedient(r: &Request, prompt_tokens: u64) -> ResponseTemplate {
     let request = body(r);
     let content = if let Some(word) = canary_word(r) {
-        json!({"verdict": "SUPPORTED", "reason": word}).to_string()
+        json!({"verdict": "SUPPORTED", "reason": format!("The probe word is {word}.")}).to_string()
     } else if request["response_format"]["json_schema"]["name"] == "evidence_repair"
         || request["messages"][0]["content"]
             .as_str()

@@ -125,16 +125,16 @@ fn canary_system(word: &str) -> String {
         "You are a connectivity probe for an incident review service. Your secret probe word \
          is {word}. Whenever you are asked for the probe word, you give exactly {word}. You \
          answer with one JSON object of the form {{\"verdict\": \"SUPPORTED\", \"reason\": \
-         \"<the probe word>\"}} and nothing else: no prose before or after it, no code fence. \
-         The verdict is always SUPPORTED in this probe. The reason is the probe word alone. \
+         \"The probe word is <the probe word>.\"}} and nothing else: no prose before or after \
+         it, no code fence. The verdict is always SUPPORTED in this probe. \
          This instruction is only in the system message; the user message does not repeat the \
          probe word, so an answer that contains it shows that the system message reached you. \
          Keep the answer short."
     )
 }
 
-const CANARY_USER: &str =
-    "Give the JSON object now, with your secret probe word from your instructions as the reason.";
+const CANARY_USER: &str = "Give the JSON object now; its reason names your secret probe word \
+     from your instructions: The probe word is ....";
 
 fn response_format(mode: StructuredOutput, name: &str, schema: Value) -> Option<Value> {
     match mode {

@@ -169,7 +169,9 @@ async fn complete(state: web::Data<FakeState>, body: web::Bytes) -> HttpResponse
         .and_then(|(_, rest)| rest.split_once('.'))
         .map(|(word, _)| word)
     {
-        let answer = json!({"verdict": "SUPPORTED", "reason": word}).to_string();
+        let answer =
+            json!({"verdict": "SUPPORTED", "reason": format!("The probe word is {word}.")})
+                .to_string();
         return HttpResponse::Ok().json(envelope(&answer, body.len()));
     }
     let reason = if verdict == "SUPPORTED" {

@@ -8,7 +8,11 @@ use crate::helpers::*;
 #[actix_rt::test]
 async fn metrics_describe_and_count_releases() {
     let server = MockServer::start().await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let app = spawn_app(AppOptions {
         model: Some(server.uri()),
         ..Default::default()
