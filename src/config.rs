@@ -173,9 +173,9 @@ pub struct RepairConfig {
     pub timeout_ms: u64,
     /// Largest request body sent.
     pub max_input_bytes: u64,
-    /// Largest accepted repaired Draft.
+    /// Cap on the accepted repaired Draft's bytes (the limit derives from the Draft's size).
     pub max_output_bytes: u64,
-    /// `max_tokens` of the request.
+    /// Cap on `max_tokens` of the request (which derives from the Draft's size).
     pub max_output_tokens: u32,
 }
 
