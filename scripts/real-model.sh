@@ -140,9 +140,14 @@ for bundle in "$ROOT"/examples/runs/*.json; do
     [[ -z "$attempts" ]] && continue
     printf '%-48s %s\n' "$name" "$(grep '^=>' "$OUT/check-$name.txt")" >&2
     printf '%s\n' "$attempts" | sed 's/^/    /' >&2
-    if grep -qE '^- model .*: (transport|rejected|schema|parse)' <<<"$attempts" \
-        && [[ "$MODE" == json_schema || "$MODE" == json_object_schema ]]; then
-        # A repair answer may legitimately fail EvidenceGuard, but never the protocol.
+    # Protocol failures: transport or rejected, or (with a schema-enforcing mode) a parse or
+    # schema failure other than the model's own weakness (a token reason, a copied
+    # placeholder, an answer cut at max_tokens), as eval counts them.
+    if grep -qE '^- model .*: (transport|rejected) ' <<<"$attempts"; then
+        protocol_failures=$((protocol_failures + 1))
+    elif [[ "$MODE" == json_schema || "$MODE" == json_object_schema ]] \
+        && grep -E '^- model .*: (schema|parse) ' <<<"$attempts" \
+            | grep -qvE ': (schema|parse) \((the reason|the output was cut at max_tokens)'; then
         protocol_failures=$((protocol_failures + 1))
     fi
 done
