@@ -147,6 +147,9 @@ pub struct ModelConfig {
     pub structured_output: StructuredOutput,
     /// TCP connect timeout.
     pub connect_timeout_ms: u64,
+    /// Whether `serve` probes the model at start-up (three small requests, logged; never
+    /// delays readiness).
+    pub probe_on_start: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

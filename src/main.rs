@@ -355,6 +355,9 @@ fn eval(args: EvalArgs) -> ExitCode {
 
 /// `serve`'s start-up check of the model: the probe's findings as log lines.
 async fn log_probe(config: Config) {
+    if !config.model.probe_on_start {
+        return;
+    }
     if !config.model_configured() {
         tracing::warn!(
             "no model is configured (model.base_url is empty): every judged release fails closed"
