@@ -568,3 +568,29 @@ async fn a_server_fault_is_still_retried() {
         "HTTP 500: CUDA out of memory"
     );
 }
+
+#[actix_rt::test]
+async fn the_repair_request_is_bounded_by_the_drafts_size() {
+    let server = MockServer::start().await;
+    on_repair(&server, ResponseTemplate::new(500)).await;
+    let run = unique_run("repair-bounds");
+    let draft = typo_draft();
+    let draft_bytes = serde_json::to_vec(
+        &release_harness::domain::draft::Draft::parse_text(&draft.to_string()).unwrap(),
+    )
+    .unwrap()
+    .len() as u64;
+    release(
+        config(Some(&server.uri())),
+        &bundle(&run, draft, standard_invocations(&run)),
+    )
+    .await;
+    let sent = requests(&server).await;
+    let body: Value = serde_json::from_slice(&sent[0].body).unwrap();
+    let max_tokens = body["max_tokens"].as_u64().unwrap();
+    assert_eq!(max_tokens, draft_bytes / 2 + 128);
+    assert!(
+        max_tokens < 4_096,
+        "{max_tokens}: derived from the Draft, not the cap"
+    );
+}
