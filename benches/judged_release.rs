@@ -4,6 +4,8 @@
 //! and the harness's own time (total minus model wait, from the audit record). After the
 //! criterion runs, a fixed sample of 2000 releases prints the median and p99 of both.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr};
@@ -33,12 +35,9 @@ impl Bench {
         let b =
             RunBundle::parse(&bundle(&run, good_draft(), standard_invocations(&run)).to_string())
                 .expect("bundle");
-        for (under, call, record) in b.records().expect("records") {
-            self.memory.insert_record(&under, &call, record);
-        }
-        for (under, calls) in b.calls_lists().expect("calls") {
-            self.memory.set_calls(&under, calls);
-        }
+        b.agent_records()
+            .expect("records")
+            .write_memory(&self.memory);
         run
     }
 

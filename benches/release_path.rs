@@ -15,6 +15,8 @@
 //!
 //! Run with `cargo bench --bench release_path`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 use std::collections::HashMap;
 use std::hint::black_box;
 

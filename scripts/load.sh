@@ -8,9 +8,21 @@
 #   commit's, for a before/after comparison in one session; its soak driver is used too)
 # Prints one line per rate: throughput, release latency p50/p99, harness overhead p50/p99
 # and the harness's RSS; the reports are under soak-reports/.
+#
+#   scripts/load.sh saturate [DURATION_SECONDS=20] [CONNECTIONS=16] [WORKERS ...=1 2]
+# Saturating throughput: for each worker count (server.workers), a fresh harness is driven
+# by `wrk` with CONNECTIONS keep-alive connections sending judged releases as fast as it
+# answers (each of a distinct run, pre-seeded in Redis from examples/runs/success-supported
+# .json, so every request is a whole judged release: begin, load, guards, one judge call to
+# `release-harness fake-model`, commit). All in one run, side by side on this machine: one
+# line per worker count with releases/s and wrk's latency percentiles.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
+if [ "${1:-}" = saturate ]; then
+  shift
+  exec bash scripts/saturate.sh "$@"
+fi
 duration=${1:-60}
 shift || true
 rates=("$@")

@@ -13,27 +13,13 @@ use serde_json::Value;
 
 use crate::actors::{Harness, RunRegistry, StartRelease};
 use crate::config::Config;
-use crate::domain::invocation::RawRecord;
 use crate::domain::release::{Outcome, ReleaseResult};
 use crate::domain::request::{release_request, ReleaseRequest, RequestError};
+use crate::store::agent_records::{AgentRecords, CallsLists};
 use crate::store::{MemoryStore, Store};
 
 /// One canonical invocation record of a bundle: the HASH fields, all strings, any absent.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BundleInvocation {
-    run_id: Option<String>,
-    tool_call_id: Option<String>,
-    tool_name: Option<String>,
-    lifecycle: Option<String>,
-    evidence_status: Option<String>,
-    agent_result: Option<String>,
-    raw_response: Option<String>,
-    started_at: Option<String>,
-    finished_at: Option<String>,
-    /// Store under this run's key instead of the record's own `run_id`.
-    stored_under: Option<String>,
-}
+pub use crate::store::agent_records::Invocation as BundleInvocation;
 
 /// A run bundle: the release request and the run's invocation records.
 #[derive(Debug, Deserialize)]
@@ -82,50 +68,11 @@ impl RunBundle {
         )?)
     }
 
-    /// Every record with the run it is stored under and its call id, in bundle order.
-    pub fn records(&self) -> Result<Vec<(String, String, RawRecord)>, BundleError> {
-        self.invocations
-            .iter()
-            .enumerate()
-            .map(|(i, inv)| {
-                let call = inv.tool_call_id.clone().ok_or_else(|| {
-                    BundleError::Invalid(format!("invocations[{i}] has no tool_call_id"))
-                })?;
-                let under = inv
-                    .stored_under
-                    .clone()
-                    .or_else(|| inv.run_id.clone())
-                    .unwrap_or_else(|| self.run_id.clone());
-                let fields = [
-                    ("run_id", &inv.run_id),
-                    ("tool_call_id", &inv.tool_call_id),
-                    ("tool_name", &inv.tool_name),
-                    ("lifecycle", &inv.lifecycle),
-                    ("evidence_status", &inv.evidence_status),
-                    ("agent_result", &inv.agent_result),
-                    ("raw_response", &inv.raw_response),
-                    ("started_at", &inv.started_at),
-                    ("finished_at", &inv.finished_at),
-                ];
-                let record: RawRecord = fields
-                    .into_iter()
-                    .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
-                    .collect();
-                Ok((under, call, record))
-            })
-            .collect()
-    }
-
-    /// Each run's calls list: its records in bundle order, unless `calls` names it.
-    pub fn calls_lists(&self) -> Result<BTreeMap<String, Vec<String>>, BundleError> {
-        let mut lists: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (run, call, _) in self.records()? {
-            lists.entry(run).or_default().push(call);
-        }
-        for (run, calls) in &self.calls {
-            lists.insert(run.clone(), calls.clone());
-        }
-        Ok(lists)
+    /// The bundle's records (each under the run it is stored under) and each run's calls
+    /// list: its records in bundle order, unless `calls` names it.
+    pub fn agent_records(&self) -> Result<AgentRecords, BundleError> {
+        AgentRecords::new(&self.invocations, &self.run_id, &self.calls)
+            .map_err(BundleError::Invalid)
     }
 
     /// The API request body of this bundle (for replaying it against a service).
@@ -145,12 +92,7 @@ impl RunBundle {
     /// An in-memory store holding the bundle's records and calls lists.
     pub fn store(&self) -> Result<MemoryStore, BundleError> {
         let store = MemoryStore::new();
-        for (run, call, record) in self.records()? {
-            store.insert_record(&run, &call, record);
-        }
-        for (run, calls) in self.calls_lists()? {
-            store.set_calls(&run, calls);
-        }
+        self.agent_records()?.write_memory(&store);
         Ok(store)
     }
 }
@@ -164,25 +106,14 @@ pub async fn seed_redis(config: &Config, bundle: &RunBundle) -> Result<usize, St
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| format!("cannot reach Redis at {}: {e}", config.redis.url))?;
-    let records = bundle.records().map_err(|e| e.to_string())?;
+    let records = bundle.agent_records().map_err(|e| e.to_string())?;
     let mut pipe = redis::pipe();
     pipe.atomic();
-    for (run, call, record) in &records {
-        let key = keys.call(run, call);
-        pipe.del(&key).ignore();
-        let fields: Vec<(&String, &String)> = record.iter().collect();
-        if !fields.is_empty() {
-            pipe.hset_multiple(&key, &fields).ignore();
-        }
-    }
-    for (run, calls) in bundle.calls_lists().map_err(|e| e.to_string())? {
-        pipe.del(keys.calls(&run)).ignore();
-        pipe.rpush(keys.calls(&run), calls).ignore();
-    }
+    records.write_redis(&mut pipe, &keys, CallsLists::Replace);
     pipe.query_async::<()>(&mut conn)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(records.len())
+    Ok(records.records.len())
 }
 
 /// What `check` prints: the result, its JSON, and the audit record.

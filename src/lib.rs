@@ -9,6 +9,8 @@
 //! - [`fuzzing`]: the parsers of untrusted input on raw bytes, for `cargo fuzz` and the
 //!   corpus replay test.
 
+#![forbid(unsafe_code)]
+
 pub mod actors;
 pub mod check;
 pub mod config;

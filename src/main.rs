@@ -2,6 +2,10 @@
 //! offline. Exit codes of `check`: 0 SUCCESS, 1 FALLBACK or CANCELLED, 2 bad bundle or
 //! configuration.
 
+#![forbid(unsafe_code)]
+// The command-line front end: the one place that prints to stdout.
+#![allow(clippy::print_stdout)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

@@ -46,7 +46,7 @@ pub const HTTP_REQUESTS_TOTAL: &str = "harness_http_requests_total";
 pub const STORE_OPS: [&str; 12] = [
     "connect",
     "begin",
-    "load_calls",
+    "load",
     "load_records",
     "cancel_marker",
     "cancel",

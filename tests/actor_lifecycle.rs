@@ -2,6 +2,8 @@
 //! cancelled mid-call, refused as in flight), the registry holds no run and every actor of
 //! the run trees has stopped. Alone in its test binary because it counts live actors.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod common;
 
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! The binary's command line (CONTRACT §6): `check` exit codes and its account on stderr,
 //! configuration errors, and `serve` refusing to listen off loopback without a token.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod common;
 
 use std::process::{Command, Output};

@@ -2,6 +2,10 @@
 //! the fuzz targets call (`release_harness::fuzzing::TARGETS`), on the stable toolchain: no
 //! input may panic, nor make the parser hold more memory than a bound linear in its size.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+// A global allocator that counts is the one unsafe code of the package.
+#![allow(unsafe_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};

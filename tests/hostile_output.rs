@@ -3,6 +3,8 @@
 //! call ids or Redis keys never reaches a model. Each test drives a whole release through
 //! the actor tree (in-memory store, the `check` path) with wiremock as the model.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! connection, the cancel marker before each call, budgets and limits that deny without
 //! sending, strict output limits, and request settings from configuration.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod common;
 
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! `release-harness probe-model` against real HTTP servers (wiremock) that behave like the
 //! servers people run: one that refuses `json_schema` the way llama-cpp-python does, one
 //! whose chat template drops the system message.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 mod common;
 

@@ -7,6 +7,8 @@
 //! tool call id, a raw response, a Redis key, an uncited call's data or the guard's reason.
 //! Generators build their own canonical records; the crate's record helpers are test-only.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;

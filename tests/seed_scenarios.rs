@@ -3,6 +3,8 @@
 //! HTTP server speaking the OpenAI protocol (wiremock). Whether the model was called, and
 //! with what, is read from what the server received.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! audit stored together with a TTL by the fenced commit, the leased in-flight lock, the
 //! cancel marker and pub/sub. Where the in-memory store has the same meaning, both are run.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod common;
 
 use std::collections::BTreeMap;

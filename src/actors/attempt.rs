@@ -86,18 +86,22 @@ pub enum AttemptResult<T> {
     Store(StoreError),
 }
 
-/// Runs attempt `number`: marker, limit, budget, send within `limits.timeout`, parse.
+/// Runs attempt `number`: marker (unless the caller read it just before), limit, budget,
+/// send within `limits.timeout`, parse.
 pub async fn attempt<T>(
     ctx: &AttemptContext,
     number: u32,
+    check_marker: bool,
     request: &PreparedRequest,
     limits: AttemptLimits,
     parse: impl Fn(&str) -> Result<T, AnswerError>,
 ) -> AttemptResult<T> {
-    match ctx.store.is_cancelled(&ctx.run_id).await {
-        Ok(true) => return AttemptResult::Cancelled(CancelSource::Marker),
-        Ok(false) => {}
-        Err(e) => return AttemptResult::Store(e),
+    if check_marker {
+        match ctx.store.is_cancelled(&ctx.run_id).await {
+            Ok(true) => return AttemptResult::Cancelled(CancelSource::Marker),
+            Ok(false) => {}
+            Err(e) => return AttemptResult::Store(e),
+        }
     }
     let request_bytes = request.len_bytes();
     let denied = |detail: String| ModelAttempt {

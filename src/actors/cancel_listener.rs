@@ -1,28 +1,28 @@
 //! The CancelListener: subscribes to `P:cancel` on its own Redis connection and forwards
-//! every published run id to the registry, so a cancel on any replica reaches the one
+//! every published run id to every registry shard, so a cancel on any replica reaches the one
 //! running the release. It re-subscribes (with backoff) whenever the connection drops, and
-//! after every (re)subscription asks the registry to check the cancel markers of its runs
+//! after every (re)subscription asks every shard to check the cancel markers of its runs
 //! in flight at once: a cancel published while nobody listened is not lost.
 
 use std::time::Duration;
 
 use actix::{
-    Actor, ActorContext, Addr, AsyncContext, Context, Handler, Message, SpawnHandle, WrapFuture,
+    Actor, ActorContext, AsyncContext, Context, Handler, Message, SpawnHandle, WrapFuture,
 };
 
-use super::registry::{CancelRun, RunRegistry, WatchNow};
+use super::Shards;
 use crate::domain::audit::CancelSource;
 use crate::store::RedisStore;
 
 pub struct CancelListener {
     store: RedisStore,
-    registry: Addr<RunRegistry>,
+    registry: Shards,
     /// The subscription loop; stopping the actor drops it and its connection.
     listening: Option<SpawnHandle>,
 }
 
 impl CancelListener {
-    pub fn new(store: RedisStore, registry: Addr<RunRegistry>) -> Self {
+    pub fn new(store: RedisStore, registry: Shards) -> Self {
         CancelListener {
             store,
             registry,
@@ -31,19 +31,16 @@ impl CancelListener {
     }
 }
 
-async fn listen(store: RedisStore, registry: Addr<RunRegistry>) {
+async fn listen(store: RedisStore, registry: Shards) {
     let mut backoff = Duration::from_millis(100);
     loop {
         match store.subscribe_cancels().await {
             Ok(mut subscription) => {
                 backoff = Duration::from_millis(100);
                 tracing::info!("subscribed to cancel channel");
-                registry.do_send(WatchNow);
+                registry.watch_now();
                 while let Some(run_id) = subscription.next_run_id().await {
-                    registry.do_send(CancelRun {
-                        run_id,
-                        source: CancelSource::Pubsub,
-                    });
+                    registry.cancel_now(&run_id, CancelSource::Pubsub);
                 }
                 tracing::warn!("cancel subscription lost; re-subscribing");
             }

@@ -2,6 +2,8 @@
 //! run (first decision, and the decision after a repair). It holds no state; each answer
 //! carries the audit notes the domain wrote.
 
+use std::sync::Arc;
+
 use actix::{Actor, ActorContext, Context, Handler, Message, MessageResult};
 
 use super::{AbortChild, StopChild};
@@ -37,7 +39,8 @@ pub struct CheckDraft {
     pub run_id: String,
     pub stop_reason: StopReason,
     pub draft: DraftInput,
-    pub evidence: RunEvidence,
+    /// Shared with the supervisor, not copied.
+    pub evidence: Arc<RunEvidence>,
     pub policy: ReleasePolicy,
 }
 
@@ -50,7 +53,7 @@ pub struct CheckRepair {
     pub stop_reason: StopReason,
     pub original: Draft,
     pub candidate: Result<Draft, RepairFailure>,
-    pub evidence: RunEvidence,
+    pub evidence: Arc<RunEvidence>,
     pub policy: ReleasePolicy,
 }
 

@@ -13,6 +13,7 @@ pub mod evidence_guard;
 pub mod registry;
 pub mod repair;
 pub mod semantic_guard;
+pub mod shards;
 pub mod supervisor;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 pub use cancel_listener::CancelListener;
 pub use registry::{CancelRun, Drain, InFlight, RunRegistry, StartRelease};
+pub use shards::Shards;
 
 use crate::config::Config;
 use crate::domain::audit::CancelSource;

@@ -17,7 +17,7 @@ use crate::domain::draft::Draft;
 use crate::domain::evidence_guard::Violation;
 use crate::domain::release::RepairFailure;
 use crate::domain::repair_check::repair_output_limits;
-use crate::model::prompts::{repair_request, RequestShape, UsableCallRef};
+use crate::model::prompts::{new_nonce, repair_request, RequestShape, UsableCallRef};
 use crate::model::verdict::parse_repaired_draft;
 
 pub struct RepairActor {
@@ -87,7 +87,13 @@ async fn repair(
         structured_output,
         max_output_tokens: bounds.max_tokens,
     };
-    let request = match repair_request(&shape, &msg.draft, &msg.violations, &msg.usable) {
+    let request = match repair_request(
+        &shape,
+        &msg.draft,
+        &msg.violations,
+        &msg.usable,
+        &new_nonce(),
+    ) {
         Ok(r) => r,
         Err(e) => {
             return StepOutcome::Done(Err(RepairFailure(format!("cannot build the request: {e}"))))
@@ -98,7 +104,7 @@ async fn repair(
         max_output_bytes: bounds.max_bytes,
         timeout: Duration::from_millis(settings.timeout_ms),
     };
-    match attempt(&context, 1, &request, limits, parse_repaired_draft).await {
+    match attempt(&context, 1, true, &request, limits, parse_repaired_draft).await {
         AttemptResult::Answer(draft) => StepOutcome::Done(Ok(draft)),
         AttemptResult::Failed(class) => StepOutcome::Done(Err(RepairFailure(format!(
             "the repair call failed ({})",

@@ -61,7 +61,11 @@ impl Actor for SemanticGuardActor {
 #[rtype(result = "StepOutcome<Judgement>")]
 pub struct Judge {
     pub query: String,
-    pub judged: Judgeable,
+    /// Shared with the supervisor, which builds the result from it.
+    pub judged: std::sync::Arc<Judgeable>,
+    /// The release read the cancel marker right before this (its one load, with nothing
+    /// but computation since): the first attempt does not read it again.
+    pub marker_read: bool,
 }
 
 async fn judge(
@@ -98,7 +102,17 @@ async fn judge(
             max_output_bytes: settings.max_output_bytes,
             timeout: attempt_timeout.min(remaining),
         };
-        match attempt(&context, number, &request, limits, parse_verdict).await {
+        let check_marker = number > 1 || !msg.marker_read;
+        match attempt(
+            &context,
+            number,
+            check_marker,
+            &request,
+            limits,
+            parse_verdict,
+        )
+        .await
+        {
             AttemptResult::Answer(verdict) if verdict.supported => {
                 return StepOutcome::Done(Judgement::Supported {
                     reason: verdict.reason,

@@ -1,16 +1,18 @@
 //! The RunSupervisor: one per release, the run's state machine.
 //!
-//! begin (one script: stored result? lock taken? cancel marker?) → load evidence →
-//! EvidenceGuard (via its actor) → Repair → EvidenceGuard → SemanticGuard → decision →
-//! fenced commit (one script: result or CANCELLED, audit, unlock, only while this release
-//! still holds the lock) → reply. The decision is one future spawned in this actor's
-//! context; `Cancel` drops it, aborts the children's pending model calls and commits
-//! CANCELLED. The registry renews the lease and polls the marker; `LockLost` from it ends
-//! the release with nothing stored. Once the commit is sent a Cancel changes nothing here:
-//! the commit itself checks the marker.
+//! begin (one script: stored result? lock taken? cancel marker?) → load (one script:
+//! marker, calls list, records) → EvidenceGuard (its actor) → Repair → EvidenceGuard →
+//! SemanticGuard → decision → fenced commit (one script: result or CANCELLED, audit,
+//! unlock, only while this release still holds the lock) → reply.
+//!
+//! Each step is one future spawned in this actor's context; its answer comes back to a
+//! method of the actor, which alone changes the run's state (audit, lock, phase) and starts
+//! the next step. `Cancel` drops the step in progress, aborts the children's pending model
+//! calls and commits CANCELLED. The registry renews the lease and polls the marker;
+//! `LockLost` from it ends the release with nothing stored. Once the commit is sent a
+//! Cancel changes nothing here: the commit itself checks the marker.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{
@@ -18,7 +20,6 @@ use actix::{
     ResponseFuture, SpawnHandle, WrapFuture,
 };
 use tokio::sync::oneshot;
-use tracing::Instrument;
 
 use super::budget::BudgetActor;
 use super::evidence_guard::{CheckDraft, CheckRepair, Checked, EvidenceGuardActor};
@@ -30,9 +31,13 @@ use crate::domain::audit::{
     millis, AttemptOutcome, Audit, AuditEnd, BudgetUse, CancelSource, ModelAttempt, ModelRole,
     RepairAudit,
 };
-use crate::domain::release::{after_judgement, DraftInput, Judgement, ReleaseResult, Step};
+use crate::domain::draft::Draft;
+use crate::domain::evidence_guard::{RunEvidence, Violation};
+use crate::domain::release::{
+    after_judgement, DraftInput, Judgeable, Judgement, ReleaseResult, Step,
+};
 use crate::model::prompts::UsableCallRef;
-use crate::store::{lock_holder, Begin, Commit, Committed, StoreError};
+use crate::store::{lock_holder, Begin, Commit, Committed, Loaded, StoreError};
 use crate::telemetry;
 
 /// The run's children, started with the supervisor and stopped with it.
@@ -65,32 +70,40 @@ enum Lock {
     Held,
 }
 
-/// What the decision ends with.
-enum Decided {
+/// How the repair step ended: cancelled, or the EvidenceGuard's decision on the candidate
+/// (with the evidence, completed with the records the candidate cites).
+enum Repaired {
     Cancelled(CancelSource),
-    Result(Box<ReleaseResult>),
+    Checked(Box<Checked>, Arc<RunEvidence>),
 }
 
 pub struct RunSupervisor {
     id: u64,
+    run_id: String,
     request: Option<ReleaseRequest>,
     harness: Harness,
     registry: Addr<RunRegistry>,
     /// This release's lock token (from the registry, which renews the lease with it).
     token: String,
     lock: Lock,
-    audit: Rc<RefCell<Audit>>,
+    audit: Audit,
     began: Instant,
     phase: Phase,
     /// A cancel that arrived while the begin script was out.
     cancel_requested: Option<CancelSource>,
-    /// The decision future; cancelling it drops whatever it awaits.
-    pipeline: Option<SpawnHandle>,
+    /// The step in progress; cancelling it drops whatever it awaits.
+    step: Option<SpawnHandle>,
     /// Who waits for the answer (the registry's caller). Dropping it answers nothing.
     reply: Option<oneshot::Sender<Result<Released, ReleaseError>>>,
     children: Option<Children>,
     /// A model attempt sent and not yet recorded: on Cancel it is recorded as cancelled.
     attempt_in_flight: Option<(AttemptStarted, Instant)>,
+    /// The operator's question, for the judge.
+    query: String,
+    /// The run's evidence as loaded, shared with the EvidenceGuard actor (never copied).
+    evidence: Option<Arc<RunEvidence>>,
+    /// A repair ran: the marker the load read is no longer fresh, and no second repair.
+    repaired: bool,
 }
 
 impl RunSupervisor {
@@ -111,24 +124,24 @@ impl RunSupervisor {
         };
         RunSupervisor {
             id,
+            run_id: request.run_id.clone(),
             request: Some(request),
             harness,
             registry,
             token,
             lock: Lock::None,
-            audit: Rc::new(RefCell::new(audit)),
+            audit,
             began: Instant::now(),
             phase: Phase::Idle,
             cancel_requested: None,
-            pipeline: None,
+            step: None,
             reply: None,
             children: None,
             attempt_in_flight: None,
+            query: String::new(),
+            evidence: None,
+            repaired: false,
         }
-    }
-
-    fn run_id(&self) -> String {
-        self.audit.borrow().run_id.clone()
     }
 
     fn start_children(&mut self, ctx: &mut Context<Self>) {
@@ -137,7 +150,7 @@ impl RunSupervisor {
         let attempt_context =
             |role: ModelRole, client: &crate::model::ModelClient| super::attempt::AttemptContext {
                 role,
-                run_id: self.run_id(),
+                run_id: self.run_id.clone(),
                 client: client.clone(),
                 store: self.harness.store.clone(),
                 budget: budget.clone(),
@@ -199,9 +212,23 @@ impl RunSupervisor {
         }
     }
 
+    /// Spawns one step of the release; its output goes to `then`, unless a Cancel or a
+    /// lost lock drops it first.
+    fn spawn_step<T: 'static>(
+        &mut self,
+        ctx: &mut Context<Self>,
+        work: impl std::future::Future<Output = T> + 'static,
+        then: fn(&mut Self, T, &mut Context<Self>),
+    ) {
+        let handle = ctx.spawn(work.into_actor(self).map(move |output, actor, ctx| {
+            actor.step = None;
+            then(actor, output, ctx);
+        }));
+        self.step = Some(handle);
+    }
+
     /// The begin script answered.
     fn begun(&mut self, begun: Result<Begin, StoreError>, ctx: &mut Context<Self>) {
-        self.pipeline = None;
         match begun {
             Err(e) => {
                 // It may have taken the lock before failing: free it on the way out.
@@ -219,7 +246,7 @@ impl RunSupervisor {
             Ok(Begin::Taken { cancelled }) => {
                 self.lock = Lock::Held;
                 self.registry.do_send(LockTaken {
-                    run_id: self.run_id(),
+                    run_id: self.run_id.clone(),
                     supervisor: self.id,
                 });
                 let cancel = if cancelled {
@@ -229,52 +256,216 @@ impl RunSupervisor {
                 };
                 match cancel {
                     Some(source) => self.cancelled(source, ctx),
-                    None => self.decide(ctx),
+                    None => self.load(ctx),
                 }
             }
         }
     }
 
-    /// Runs the decision under the lock.
-    fn decide(&mut self, ctx: &mut Context<Self>) {
+    /// Under the lock: reads the marker, the calls list and the records in one step.
+    fn load(&mut self, ctx: &mut Context<Self>) {
         self.phase = Phase::Deciding;
+        let Some(request) = self.request.as_ref() else {
+            return self.finish(
+                Err(ReleaseError::Internal("the release has no request".into())),
+                ctx,
+            );
+        };
+        let cited = match &request.draft {
+            DraftInput::Parsed(d) if !request.stop_reason.is_controlled_stop() => {
+                d.cited_call_ids()
+            }
+            _ => Vec::new(),
+        };
+        let store = self.harness.store.clone();
+        let config = self.harness.config.clone();
+        let run_id = self.run_id.clone();
+        let work = async move {
+            store
+                .load(
+                    &run_id,
+                    &cited,
+                    config.progress.max_calls,
+                    config.record_limits(),
+                )
+                .await
+        };
+        self.spawn_step(ctx, work, Self::loaded);
+    }
+
+    /// The evidence is in: EvidenceGuard decides the first step.
+    fn loaded(&mut self, loaded: Result<Loaded, StoreError>, ctx: &mut Context<Self>) {
+        let loaded = match loaded {
+            Ok(loaded) => loaded,
+            Err(e) => return self.finish(Err(e.into()), ctx),
+        };
+        if loaded.cancelled {
+            return self.cancelled(CancelSource::Marker, ctx);
+        }
         let (Some(request), Some(children)) = (self.request.take(), self.children.as_ref()) else {
             return self.finish(
                 Err(ReleaseError::Internal("the release has no request".into())),
                 ctx,
             );
         };
-        let span = tracing::info_span!("release", run_id = %request.run_id);
-        let work = pipeline(
-            request,
-            self.harness.clone(),
-            children.evidence_guard.clone(),
-            children.repair.clone(),
-            children.semantic.clone(),
-            self.audit.clone(),
-        )
-        .instrument(span);
-        let handle = ctx.spawn(
-            work.into_actor(self)
-                .map(|decided, actor, ctx| actor.decided(decided, ctx)),
-        );
-        self.pipeline = Some(handle);
+        let evidence = Arc::new(loaded.evidence);
+        self.evidence = Some(evidence.clone());
+        self.query = request.query;
+        let checked = children.evidence_guard.send(CheckDraft {
+            run_id: self.run_id.clone(),
+            stop_reason: request.stop_reason,
+            draft: request.draft,
+            evidence,
+            policy: self.harness.config.release_policy(),
+        });
+        self.spawn_step(ctx, checked, Self::checked);
     }
 
-    /// The decision ended (not by Cancel).
-    fn decided(&mut self, decided: Result<Decided, ReleaseError>, ctx: &mut Context<Self>) {
-        self.pipeline = None;
-        match decided {
-            Ok(Decided::Cancelled(source)) => self.cancelled(source, ctx),
-            Ok(Decided::Result(result)) => self.commit(*result, None, ctx),
+    /// EvidenceGuard decided (first, or after the repair).
+    fn checked(&mut self, checked: Result<Checked, actix::MailboxError>, ctx: &mut Context<Self>) {
+        match checked {
+            Ok(Checked { step, notes }) => {
+                self.audit.absorb(notes);
+                self.next(step, ctx);
+            }
+            Err(e) => self.finish(Err(mailbox(e)), ctx),
+        }
+    }
+
+    fn next(&mut self, step: Step, ctx: &mut Context<Self>) {
+        match step {
+            Step::Finish(result) => self.commit(result, None, ctx),
+            Step::Judge(judged) => self.judge(Arc::from(judged), ctx),
+            // after_repair never asks for a second repair; fail closed if it ever did.
+            Step::Repair { .. } if self.repaired => {
+                let result = ReleaseResult::evidence_validation_failed(&self.run_id);
+                self.commit(result, None, ctx);
+            }
+            Step::Repair { draft, violations } => self.repair(draft, violations, ctx),
+        }
+    }
+
+    /// One repair call, then EvidenceGuard on the candidate.
+    fn repair(&mut self, draft: Draft, violations: Vec<Violation>, ctx: &mut Context<Self>) {
+        self.repaired = true;
+        let (Some(children), Some(evidence)) = (self.children.as_ref(), self.evidence.take())
+        else {
+            return self.finish(
+                Err(ReleaseError::Internal("the release has no evidence".into())),
+                ctx,
+            );
+        };
+        let Some(repair) = children.repair.clone() else {
+            self.audit.repair = Some(RepairAudit::not_run("no model is configured".into()));
+            let result = ReleaseResult::evidence_validation_failed(&self.run_id);
+            return self.commit(result, None, ctx);
+        };
+        let evidence_guard = children.evidence_guard.clone();
+        let usable = evidence
+            .resolve(&[])
+            .usable_in_call_order()
+            .into_iter()
+            .map(|c| UsableCallRef {
+                tool_call_id: c.tool_call_id.clone(),
+                tool: c.tool,
+                evidence_status: c.evidence_status,
+            })
+            .collect();
+        let store = self.harness.store.clone();
+        let config = self.harness.config.clone();
+        let run_id = self.run_id.clone();
+        let stop_reason = self.audit.stop_reason;
+        let work = async move {
+            let asked = RepairDraft {
+                draft: draft.clone(),
+                violations,
+                usable,
+            };
+            let candidate = match repair.send(asked).await.map_err(mailbox)? {
+                StepOutcome::Done(candidate) => candidate,
+                StepOutcome::Cancelled(source) => return Ok(Repaired::Cancelled(source)),
+                StepOutcome::Store(e) => return Err(e.into()),
+            };
+            let mut evidence = evidence;
+            if let Ok(candidate) = &candidate {
+                store
+                    .complete_evidence(
+                        Arc::make_mut(&mut evidence),
+                        &candidate.cited_call_ids(),
+                        config.record_limits(),
+                    )
+                    .await?;
+            }
+            let checked = evidence_guard
+                .send(CheckRepair {
+                    run_id,
+                    stop_reason,
+                    original: draft,
+                    candidate,
+                    evidence: evidence.clone(),
+                    policy: config.release_policy(),
+                })
+                .await
+                .map_err(mailbox)?;
+            Ok(Repaired::Checked(Box::new(checked), evidence))
+        };
+        self.spawn_step(ctx, work, Self::repaired);
+    }
+
+    fn repaired(&mut self, repaired: Result<Repaired, ReleaseError>, ctx: &mut Context<Self>) {
+        match repaired {
+            Ok(Repaired::Cancelled(source)) => self.cancelled(source, ctx),
+            Ok(Repaired::Checked(checked, evidence)) => {
+                self.evidence = Some(evidence);
+                self.checked(Ok(*checked), ctx);
+            }
             Err(e) => self.finish(Err(e), ctx),
+        }
+    }
+
+    /// SemanticGuard reviews the Draft against its snapshot.
+    fn judge(&mut self, judged: Arc<Judgeable>, ctx: &mut Context<Self>) {
+        let Some(semantic) = self.children.as_ref().and_then(|c| c.semantic.clone()) else {
+            let result = after_judgement(
+                &self.run_id,
+                Judgement::Unavailable,
+                &judged,
+                &mut self.audit,
+            );
+            return self.commit(result, None, ctx);
+        };
+        let asked = semantic.send(Judge {
+            query: std::mem::take(&mut self.query),
+            judged: judged.clone(),
+            marker_read: !self.repaired,
+        });
+        let work = async move { (asked.await, judged) };
+        self.spawn_step(ctx, work, Self::judged);
+    }
+
+    fn judged(
+        &mut self,
+        (answer, judged): (
+            Result<StepOutcome<Judgement>, actix::MailboxError>,
+            Arc<Judgeable>,
+        ),
+        ctx: &mut Context<Self>,
+    ) {
+        match answer {
+            Ok(StepOutcome::Done(judgement)) => {
+                let result = after_judgement(&self.run_id, judgement, &judged, &mut self.audit);
+                self.commit(result, None, ctx);
+            }
+            Ok(StepOutcome::Cancelled(source)) => self.cancelled(source, ctx),
+            Ok(StepOutcome::Store(e)) => self.finish(Err(e.into()), ctx),
+            Err(e) => self.finish(Err(mailbox(e)), ctx),
         }
     }
 
     /// Cancel, by any route, while the lock is held and the decision runs (or before it).
     fn cancelled(&mut self, source: CancelSource, ctx: &mut Context<Self>) {
-        tracing::info!(run_id = %self.run_id(), source = source.as_str(), "release cancelled");
-        if let Some(handle) = self.pipeline.take() {
+        tracing::info!(run_id = %self.run_id, source = source.as_str(), "release cancelled");
+        if let Some(handle) = self.step.take() {
             ctx.cancel_future(handle);
         }
         self.stop_children(true);
@@ -291,17 +482,17 @@ impl RunSupervisor {
                 response_bytes: 0,
             };
             telemetry::model_attempt(attempt.role, attempt.outcome, at.elapsed(), None, None);
-            self.audit.borrow_mut().model_attempts.push(attempt);
+            self.audit.model_attempts.push(attempt);
         }
-        let run_id = self.run_id();
-        self.commit(ReleaseResult::cancelled(&run_id), Some(source), ctx);
+        let result = ReleaseResult::cancelled(&self.run_id);
+        self.commit(result, Some(source), ctx);
     }
 
     /// The lease was lost (expired while Redis paused, or the key replaced): this release
     /// can never store, so it stops now.
     fn lock_lost(&mut self, ctx: &mut Context<Self>) {
-        tracing::warn!(run_id = %self.run_id(), "the release lost its lock; nothing is stored");
-        if let Some(handle) = self.pipeline.take() {
+        tracing::warn!(run_id = %self.run_id, "the release lost its lock; nothing is stored");
+        if let Some(handle) = self.step.take() {
             ctx.cancel_future(handle);
         }
         self.stop_children(true);
@@ -319,98 +510,80 @@ impl RunSupervisor {
     ) {
         self.phase = Phase::Committing;
         let total = self.began.elapsed();
-        let run_id = self.run_id();
+        let cancelled = ReleaseResult::cancelled(&self.run_id);
         let (json, cancelled_json) = match (
             serde_json::to_string(&result),
-            serde_json::to_string(&ReleaseResult::cancelled(&run_id)),
+            serde_json::to_string(&cancelled),
         ) {
             (Ok(json), Ok(cancelled)) => (json, cancelled),
             (Err(e), _) | (_, Err(e)) => {
                 return self.finish(Err(ReleaseError::Internal(e.to_string())), ctx)
             }
         };
-        let (audit_json, overhead) = {
-            let mut audit = self.audit.borrow_mut();
-            let model_wait = audit.model_wait_ms();
-            audit.timings.total_ms = millis(total);
-            audit.timings.model_wait_ms = model_wait;
-            audit.timings.overhead_ms = (millis(total) - model_wait).max(0.0);
-            for v in audit.violations.iter() {
-                telemetry::guard_violation(v.rule);
-            }
-            for e in audit.excluded_references.iter() {
-                telemetry::guard_violation(e.rule);
-            }
-            if let Some(repair) = &audit.repair {
-                for v in &repair.violations_after {
-                    telemetry::guard_violation(v.rule);
-                }
-            }
-            let end = AuditEnd::of(result.outcome, result.fallback_type, cancel);
-            let overhead = total.saturating_sub(Duration::from_secs_f64(model_wait / 1000.0));
-            (audit.commit_json(&end), overhead)
-        };
+        for rule in self.audit.violation_rules() {
+            telemetry::guard_violation(rule);
+        }
+        let end = AuditEnd::of(result.outcome, result.fallback_type, cancel);
+        let (audit_json, overhead) = self.audit.finish(total, &end);
         let store = self.harness.store.clone();
         let token = self.token.clone();
-        let work = {
-            let run_id = run_id.clone();
-            let json = json.clone();
-            let cancelled_json = cancelled_json.clone();
-            async move {
-                let commit = Commit {
-                    result: &json,
-                    audit_head: &audit_json.head,
-                    audit_tail: &audit_json.tail,
-                    cancelled_result: &cancelled_json,
-                    cancelled_audit_tail: &audit_json.cancelled_tail,
-                };
-                store.commit(&run_id, &token, &commit).await
-            }
-        };
-        ctx.spawn(work.into_actor(self).map(move |committed, actor, ctx| {
-            actor.lock = Lock::None;
-            let answer = match committed {
-                Err(e) => {
-                    // The commit may or may not have run: free the lock if it did not.
-                    actor.lock = Lock::Maybe;
-                    Err(e.into())
-                }
-                Ok(Committed::AlreadyStored(stored))
-                | Ok(Committed::LockLost {
-                    stored: Some(stored),
-                }) => replay(stored),
-                Ok(Committed::LockLost { stored: None }) => Err(ReleaseError::LockLost),
-                Ok(Committed::Decided) => {
-                    telemetry::release_finished(
-                        result.outcome,
-                        result.fallback_type,
-                        total,
-                        overhead,
-                    );
-                    if let Some(source) = cancel {
-                        telemetry::cancelled(source);
-                    }
-                    Ok(Released {
-                        result,
-                        json,
-                        replayed: false,
-                    })
-                }
-                Ok(Committed::Cancelled) => {
-                    tracing::info!(run_id = %run_id, "cancel marker found at the commit; CANCELLED stored");
-                    let source = cancel.unwrap_or(CancelSource::Marker);
-                    let result = ReleaseResult::cancelled(&run_id);
-                    telemetry::release_finished(result.outcome, None, total, overhead);
-                    telemetry::cancelled(source);
-                    Ok(Released {
-                        result,
-                        json: cancelled_json,
-                        replayed: false,
-                    })
-                }
+        let run_id = self.run_id.clone();
+        let work = async move {
+            let commit = Commit {
+                result: &json,
+                audit_head: &audit_json.head,
+                audit_tail: &audit_json.tail,
+                cancelled_result: &cancelled_json,
+                cancelled_audit_tail: &audit_json.cancelled_tail,
             };
-            actor.finish(answer, ctx);
-        }));
+            let committed = store.commit(&run_id, &token, &commit).await;
+            (committed, json, cancelled_json)
+        };
+        ctx.spawn(work.into_actor(self).map(
+            move |(committed, json, cancelled_json), actor, ctx| {
+                actor.lock = Lock::None;
+                let answer = match committed {
+                    Err(e) => {
+                        // The commit may or may not have run: free the lock if it did not.
+                        actor.lock = Lock::Maybe;
+                        Err(e.into())
+                    }
+                    Ok(Committed::AlreadyStored(stored))
+                    | Ok(Committed::LockLost {
+                        stored: Some(stored),
+                    }) => replay(stored),
+                    Ok(Committed::LockLost { stored: None }) => Err(ReleaseError::LockLost),
+                    Ok(Committed::Decided) => {
+                        telemetry::release_finished(
+                            result.outcome,
+                            result.fallback_type,
+                            total,
+                            overhead,
+                        );
+                        if let Some(source) = cancel {
+                            telemetry::cancelled(source);
+                        }
+                        Ok(Released {
+                            result,
+                            json,
+                            replayed: false,
+                        })
+                    }
+                    Ok(Committed::Cancelled) => {
+                        tracing::info!(run_id = %actor.run_id, "cancel marker found at the commit; CANCELLED stored");
+                        let source = cancel.unwrap_or(CancelSource::Marker);
+                        telemetry::release_finished(cancelled.outcome, None, total, overhead);
+                        telemetry::cancelled(source);
+                        Ok(Released {
+                            result: cancelled,
+                            json: cancelled_json,
+                            replayed: false,
+                        })
+                    }
+                };
+                actor.finish(answer, ctx);
+            },
+        ));
     }
 
     /// Answers the caller and stops the run, freeing a lock this release may still hold.
@@ -423,7 +596,7 @@ impl RunSupervisor {
         match std::mem::replace(&mut self.lock, Lock::None) {
             Lock::Held | Lock::Maybe => {
                 let store = self.harness.store.clone();
-                let run_id = self.run_id();
+                let run_id = self.run_id.clone();
                 let token = self.token.clone();
                 ctx.spawn(
                     async move {
@@ -449,6 +622,10 @@ fn replay(json: String) -> Result<Released, ReleaseError> {
         .map_err(|e| ReleaseError::StoredResultUnreadable(e.to_string()))
 }
 
+fn mailbox(e: actix::MailboxError) -> ReleaseError {
+    ReleaseError::Internal(format!("a run actor is gone: {e}"))
+}
+
 impl Actor for RunSupervisor {
     type Context = Context<Self>;
 
@@ -460,7 +637,7 @@ impl Actor for RunSupervisor {
     fn stopped(&mut self, _: &mut Self::Context) {
         self.stop_children(true);
         self.registry.do_send(RunEnded {
-            run_id: self.run_id(),
+            run_id: std::mem::take(&mut self.run_id),
             supervisor: self.id,
         });
         super::actor_stopped();
@@ -520,16 +697,15 @@ impl Handler<AttemptRecorded> for RunSupervisor {
             a.completion_tokens,
         );
         tracing::info!(
-            run_id = %self.run_id(),
+            run_id = %self.run_id,
             role = a.role.as_str(),
             attempt = a.attempt,
             result = a.outcome.as_str(),
             latency_ms = a.latency_ms,
             "model attempt"
         );
-        let mut audit = self.audit.borrow_mut();
-        audit.budget = msg.budget;
-        audit.model_attempts.push(msg.attempt);
+        self.audit.budget = msg.budget;
+        self.audit.model_attempts.push(msg.attempt);
     }
 }
 
@@ -565,18 +741,13 @@ impl Handler<Run> for RunSupervisor {
         let (tx, rx) = oneshot::channel();
         self.reply = Some(tx);
         self.phase = Phase::Beginning;
-        self.audit.borrow_mut().timings.started_at = chrono::Utc::now().to_rfc3339();
+        self.audit.timings.started_at = chrono::Utc::now().to_rfc3339();
         let store = self.harness.store.clone();
-        let run_id = self.run_id();
+        let run_id = self.run_id.clone();
         let token = self.token.clone();
         let lease = self.harness.config.lock_lease();
         let begin = async move { store.begin(&run_id, &token, lease).await };
-        let handle = ctx.spawn(
-            begin
-                .into_actor(self)
-                .map(|begun, actor, ctx| actor.begun(begun, ctx)),
-        );
-        self.pipeline = Some(handle);
+        self.spawn_step(ctx, begin, Self::begun);
         Box::pin(async move {
             rx.await.unwrap_or_else(|_| {
                 Err(ReleaseError::Internal(
@@ -585,130 +756,4 @@ impl Handler<Run> for RunSupervisor {
             })
         })
     }
-}
-
-fn mailbox(e: actix::MailboxError) -> ReleaseError {
-    ReleaseError::Internal(format!("a run actor is gone: {e}"))
-}
-
-/// The decision, under the lock. It touches actor state only through the shared audit.
-async fn pipeline(
-    request: ReleaseRequest,
-    harness: Harness,
-    evidence_guard: Addr<EvidenceGuardActor>,
-    repair: Option<Addr<RepairActor>>,
-    semantic: Option<Addr<SemanticGuardActor>>,
-    audit: Rc<RefCell<Audit>>,
-) -> Result<Decided, ReleaseError> {
-    let store = &harness.store;
-    let config = &harness.config;
-    let run_id = request.run_id.as_str();
-
-    let cited = match &request.draft {
-        DraftInput::Parsed(d) if !request.stop_reason.is_controlled_stop() => d.cited_call_ids(),
-        _ => Vec::new(),
-    };
-    let mut evidence = store
-        .load_evidence(
-            run_id,
-            &cited,
-            config.progress.max_calls,
-            config.record_limits(),
-        )
-        .await?;
-    let policy = config.release_policy();
-    let Checked { step, notes } = evidence_guard
-        .send(CheckDraft {
-            run_id: run_id.to_string(),
-            stop_reason: request.stop_reason,
-            draft: request.draft,
-            evidence: evidence.clone(),
-            policy: policy.clone(),
-        })
-        .await
-        .map_err(mailbox)?;
-    audit.borrow_mut().absorb(notes);
-
-    let step = match step {
-        Step::Repair { draft, violations } => match &repair {
-            None => {
-                audit.borrow_mut().repair =
-                    Some(RepairAudit::not_run("no model is configured".into()));
-                Step::Finish(ReleaseResult::evidence_validation_failed(run_id))
-            }
-            Some(repair) => {
-                let run = evidence.resolve(&[]);
-                let usable = run
-                    .usable_in_call_order()
-                    .into_iter()
-                    .map(|c| UsableCallRef {
-                        tool_call_id: c.tool_call_id.clone(),
-                        tool: c.tool,
-                        evidence_status: c.evidence_status,
-                    })
-                    .collect();
-                let candidate = match repair
-                    .send(RepairDraft {
-                        draft: draft.clone(),
-                        violations,
-                        usable,
-                    })
-                    .await
-                    .map_err(mailbox)?
-                {
-                    StepOutcome::Done(candidate) => candidate,
-                    StepOutcome::Cancelled(source) => return Ok(Decided::Cancelled(source)),
-                    StepOutcome::Store(e) => return Err(e.into()),
-                };
-                if let Ok(candidate) = &candidate {
-                    store
-                        .complete_evidence(
-                            &mut evidence,
-                            &candidate.cited_call_ids(),
-                            config.record_limits(),
-                        )
-                        .await?;
-                }
-                let Checked { step, notes } = evidence_guard
-                    .send(CheckRepair {
-                        run_id: run_id.to_string(),
-                        stop_reason: request.stop_reason,
-                        original: draft,
-                        candidate,
-                        evidence,
-                        policy,
-                    })
-                    .await
-                    .map_err(mailbox)?;
-                audit.borrow_mut().absorb(notes);
-                step
-            }
-        },
-        other => other,
-    };
-
-    let result = match step {
-        Step::Finish(result) => result,
-        // after_repair never asks for a second repair; fail closed if it ever did.
-        Step::Repair { .. } => ReleaseResult::evidence_validation_failed(run_id),
-        Step::Judge(judged) => {
-            let judgement = match &semantic {
-                None => Judgement::Unavailable,
-                Some(semantic) => match semantic
-                    .send(Judge {
-                        query: request.query.clone(),
-                        judged: (*judged).clone(),
-                    })
-                    .await
-                    .map_err(mailbox)?
-                {
-                    StepOutcome::Done(judgement) => judgement,
-                    StepOutcome::Cancelled(source) => return Ok(Decided::Cancelled(source)),
-                    StepOutcome::Store(e) => return Err(e.into()),
-                },
-            };
-            after_judgement(run_id, judgement, &judged, &mut audit.borrow_mut())
-        }
-    };
-    Ok(Decided::Result(Box::new(result)))
 }

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::evidence_guard::{ExcludedReference, Violation};
+use super::evidence_guard::{ExcludedReference, Rule, Violation};
 use super::release::{FallbackType, Outcome, StopReason};
 
 /// Which branch of the release decision was taken.
@@ -375,6 +375,35 @@ impl Audit {
         if notes.facts_dropped > 0 {
             self.facts_dropped = notes.facts_dropped;
         }
+    }
+
+    /// Closes the record when the release has decided, `total` after it began: the
+    /// timings (total, model wait, overhead) are filled in and the record is serialized for
+    /// the fenced commit with `end` (and the CANCELLED end the commit may choose instead).
+    /// Answers the JSON and the harness's own time (total minus model wait).
+    pub fn finish(
+        &mut self,
+        total: std::time::Duration,
+        end: &AuditEnd,
+    ) -> (AuditJson, std::time::Duration) {
+        let model_wait = self.model_wait_ms();
+        self.timings.total_ms = millis(total);
+        self.timings.model_wait_ms = model_wait;
+        self.timings.overhead_ms = (millis(total) - model_wait).max(0.0);
+        let overhead =
+            total.saturating_sub(std::time::Duration::from_secs_f64(model_wait / 1000.0));
+        (self.commit_json(end), overhead)
+    }
+
+    /// The rule of every violation the record holds (the submitted Draft's, the references
+    /// a no-conclusion Draft lost, the repaired Draft's), for the violations metric.
+    pub fn violation_rules(&self) -> impl Iterator<Item = Rule> + '_ {
+        let repaired = self.repair.iter().flat_map(|r| r.violations_after.iter());
+        self.violations
+            .iter()
+            .map(|v| v.rule)
+            .chain(self.excluded_references.iter().map(|e| e.rule))
+            .chain(repaired.map(|v| v.rule))
     }
 
     /// Time spent waiting on the model, summed over attempts.

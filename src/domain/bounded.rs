@@ -162,7 +162,21 @@ impl<'a> Redactor<'a> {
         let mut out = String::new();
         let (mut bytes, mut chars, mut cut) = (0usize, 0usize, false);
         'pieces: for piece in self.ids.pieces(text) {
-            for c in piece.masked().chars() {
+            let shown = piece.masked();
+            // Plain ASCII (nothing JSON escapes): one byte per character, taken whole when
+            // it fits.
+            if shown.len() <= max_bytes - bytes
+                && shown.len() <= max_chars.saturating_sub(chars)
+                && shown
+                    .bytes()
+                    .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+            {
+                out.push_str(shown);
+                bytes += shown.len();
+                chars += shown.len();
+                continue;
+            }
+            for c in shown.chars() {
                 let width = escaped_len(c);
                 if chars == max_chars || bytes + width > max_bytes {
                     cut = true;

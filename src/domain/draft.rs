@@ -175,6 +175,19 @@ impl Draft {
         }
     }
 
+    /// The user-visible Draft, borrowed: serializes exactly as [`Draft::user_visible`]
+    /// without copying it (the judge's request is written from it).
+    pub fn visible(&self) -> VisibleDraft<'_> {
+        VisibleDraft {
+            conclusion: &self.conclusion,
+            analyses: &self.analyses,
+            action_plan: &self.action_plan,
+            recommendations: &self.recommendations,
+            limitations: &self.limitations,
+            missing_context: &self.missing_context,
+        }
+    }
+
     /// Every tool call id the Draft cites, in citation order, without repeats.
     pub fn cited_call_ids(&self) -> Vec<String> {
         let mut seen = std::collections::HashSet::new();
@@ -213,10 +226,57 @@ pub struct UserVisibleDraft {
     pub missing_context: Vec<String>,
 }
 
+/// [`UserVisibleDraft`] borrowed from its Draft ([`Draft::visible`]).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct VisibleDraft<'a> {
+    conclusion: &'a Option<Conclusion>,
+    #[serde(serialize_with = "visible_analyses")]
+    analyses: &'a [Analysis],
+    action_plan: &'a [ActionItem],
+    recommendations: &'a [Recommendation],
+    limitations: &'a [String],
+    missing_context: &'a [String],
+}
+
+#[derive(Serialize)]
+struct VisibleAnalysis<'a> {
+    id: &'a str,
+    kind: &'a AnalysisKind,
+    text: &'a str,
+}
+
+fn visible_analyses<S: serde::Serializer>(
+    analyses: &&[Analysis],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(analyses.iter().map(|a| VisibleAnalysis {
+        id: &a.id,
+        kind: &a.kind,
+        text: &a.text,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_borrowed_visible_draft_serializes_as_the_owned_one() {
+        let draft = parse(&json!({
+            "conclusion": {"text": "Pool \"exhausted\"", "analysis_refs": ["A1"]},
+            "analyses": [{"id": "A1", "kind": "NORMAL", "text": "t\u{200B}", "tool_call_ids": ["c-1"]}],
+            "action_plan": [{"text": "raise", "analysis_refs": ["A1"], "requires_human_confirmation": true}],
+            "recommendations": [{"text": "alert", "analysis_refs": []}],
+            "limitations": ["one hour"],
+            "missing_context": ["none"]
+        }))
+        .unwrap();
+        assert_eq!(
+            serde_json::to_string(&draft.visible()).unwrap(),
+            serde_json::to_string(&draft.user_visible()).unwrap()
+        );
+    }
 
     fn parse(value: &serde_json::Value) -> Result<Draft, DraftParseError> {
         Draft::parse_submitted(&value.to_string())

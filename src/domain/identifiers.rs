@@ -27,6 +27,12 @@ pub fn is_token_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
 }
 
+/// [`is_token_char`] for one byte of UTF-8 text (a byte of a multi-byte character is never
+/// a token character).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
 /// Where a Redis key written into text ends.
 fn ends_key(c: char) -> bool {
     c.is_whitespace() || matches!(c, '"' | '\'' | '`')
@@ -41,6 +47,8 @@ pub struct RunIdentifiers {
     lengths: Vec<usize>,
     /// Whether some call id starts with this byte: most positions are ruled out by it.
     first_bytes: Vec<bool>,
+    /// Whether a call id or a key marker starts with this byte.
+    starts: Vec<bool>,
     /// `P:run:` and `P:release:`.
     key_markers: [String; 2],
 }
@@ -104,14 +112,20 @@ impl RunIdentifiers {
         for id in &call_ids {
             first_bytes[usize::from(id.as_bytes()[0])] = true;
         }
+        let key_markers = [
+            format!("{key_prefix}:run:"),
+            format!("{key_prefix}:release:"),
+        ];
+        let mut starts = first_bytes.clone();
+        for marker in &key_markers {
+            starts[usize::from(marker.as_bytes()[0])] = true;
+        }
         RunIdentifiers {
             call_ids,
             lengths,
             first_bytes,
-            key_markers: [
-                format!("{key_prefix}:run:"),
-                format!("{key_prefix}:release:"),
-            ],
+            starts,
+            key_markers,
         }
     }
 
@@ -225,12 +239,18 @@ impl<'a> Iterator for Pieces<'a> {
             return None;
         }
         // A piece starts at the text's start or right after an identifier, whose mask ends
-        // with `]`: either way no token character precedes it.
-        let mut prev_token = false;
-        for (offset, c) in self.text[self.pos..].char_indices() {
-            let at = self.pos + offset;
+        // with `]`: either way no token character precedes it. Token characters are ASCII,
+        // so the byte before a position tells whether a token character precedes it, and
+        // only bytes that can start a key marker or a call id (never a UTF-8 continuation
+        // byte, so always at a character boundary) are looked at more closely.
+        let bytes = self.text.as_bytes();
+        for at in self.pos..bytes.len() {
+            if !self.ids.starts[usize::from(bytes[at])] {
+                continue;
+            }
+            let prev_token = at > self.pos && is_token_byte(bytes[at - 1]);
             if let Some((piece, end)) = self.ids.match_at(self.text, at, prev_token) {
-                if offset == 0 {
+                if at == self.pos {
                     self.pos = end;
                     return Some(piece);
                 }
@@ -239,7 +259,6 @@ impl<'a> Iterator for Pieces<'a> {
                 self.pos = at;
                 return Some(Piece::Text(literal));
             }
-            prev_token = is_token_char(c);
         }
         let literal = &self.text[self.pos..];
         self.pos = self.text.len();

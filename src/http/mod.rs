@@ -25,20 +25,24 @@ use metrics_exporter_prometheus::PrometheusHandle;
 pub use error::ApiError;
 
 use crate::actors::cancel_listener::StopListening;
-use crate::actors::{CancelListener, Drain, Harness, InFlight, RunRegistry};
+use crate::actors::{CancelListener, Harness, RunRegistry, Shards};
 use crate::config::Config;
 use crate::store::{RedisStore, Store};
 use crate::telemetry;
 
 /// What every handler shares.
 pub struct AppState {
-    pub registry: Addr<RunRegistry>,
+    /// Every worker's registry (cancels, shutdown).
+    pub shards: Shards,
     pub store: Store,
     pub config: Arc<Config>,
     pub metrics: Option<PrometheusHandle>,
     /// Set when shutdown begins: `/readyz` answers 503 and new releases are refused.
     pub draining: Arc<AtomicBool>,
 }
+
+/// The registry shard of the HTTP worker a request arrived on: its release runs there.
+pub struct WorkerRegistry(pub Addr<RunRegistry>);
 
 /// Why the service cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +62,7 @@ pub enum StartError {
 #[derive(Clone)]
 pub struct Shutdown {
     draining: Arc<AtomicBool>,
-    registry: Addr<RunRegistry>,
+    shards: Shards,
     listener: Addr<CancelListener>,
     server: ServerHandle,
     drain: Duration,
@@ -73,11 +77,11 @@ impl Shutdown {
         }
         telemetry::ready(false);
         let deadline = tokio::time::Instant::now() + self.drain;
-        let mut in_flight = self.registry.send(Drain).await.unwrap_or(0);
+        let mut in_flight = self.shards.drain().await;
         tracing::info!(in_flight, "shutting down: draining releases");
         while in_flight > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            in_flight = self.registry.send(InFlight).await.unwrap_or(0);
+            in_flight = self.shards.in_flight().await;
         }
         if in_flight > 0 {
             tracing::warn!(
@@ -137,8 +141,8 @@ impl Application {
         let store = Store::Redis(redis.clone());
         let harness = Harness::new(config.clone(), store.clone()).map_err(StartError::Setup)?;
         let config = harness.config.clone();
-        let registry = RunRegistry::new(harness).start();
-        let listener = CancelListener::new(redis, registry.clone()).start();
+        let shards = Shards::default();
+        let listener = CancelListener::new(redis, shards.clone()).start();
         let draining = Arc::new(AtomicBool::new(false));
 
         let tcp = TcpListener::bind(&config.server.listen).map_err(|source| StartError::Bind {
@@ -150,15 +154,20 @@ impl Application {
             .map_err(|e| StartError::Setup(e.to_string()))?
             .port();
         let state = web::Data::new(AppState {
-            registry: registry.clone(),
+            shards: shards.clone(),
             store: store.clone(),
             config: config.clone(),
             metrics: Some(metrics.clone()),
             draining: draining.clone(),
         });
+        let worker_shards = shards.clone();
         let mut server = HttpServer::new(move || {
+            // Called once on each worker's thread: the worker's own registry shard.
+            let registry = RunRegistry::new(harness.clone()).start();
+            worker_shards.add(registry.clone());
             App::new()
                 .app_data(state.clone())
+                .app_data(web::Data::new(WorkerRegistry(registry)))
                 .wrap_fn(|request, service| {
                     let route = route_label(request.match_pattern().as_deref());
                     service.call(request).map(move |response| {
@@ -203,7 +212,7 @@ impl Application {
         let server = server.run();
         let shutdown = Shutdown {
             draining: draining.clone(),
-            registry,
+            shards,
             listener,
             server: server.handle(),
             drain: Duration::from_millis(config.server.shutdown_drain_ms),

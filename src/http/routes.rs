@@ -13,8 +13,8 @@ use serde_json::json;
 
 use super::auth::authorize;
 use super::error::ApiError;
-use super::AppState;
-use crate::actors::{CancelRun, StartRelease};
+use super::{AppState, WorkerRegistry};
+use crate::actors::StartRelease;
 use crate::domain::audit::CancelSource;
 use crate::domain::request::{validate_run_id, ReleaseBody, RequestError};
 use crate::telemetry;
@@ -109,6 +109,7 @@ pub async fn release(
     request: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
+    registry: web::Data<WorkerRegistry>,
 ) -> Result<HttpResponse, ApiError> {
     authorize(&request, &state.config.server.api_token)?;
     let run_id = run_id(&request)?;
@@ -124,8 +125,8 @@ pub async fn release(
     .await?;
     let release_request = ReleaseBody::parse(&body)?.into_request(&run_id)?;
     tracing::info!(run_id = %run_id, stop_reason = ?release_request.stop_reason, "release requested");
-    let released = state
-        .registry
+    let released = registry
+        .0
         .send(StartRelease(release_request))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
@@ -215,14 +216,7 @@ pub async fn cancel(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&request, &state.config.server.api_token)?;
     let run_id = run_id(&request)?;
-    let running_here = state
-        .registry
-        .send(CancelRun {
-            run_id: run_id.clone(),
-            source: CancelSource::Http,
-        })
-        .await
-        .unwrap_or(false);
+    let running_here = state.shards.cancel(&run_id, CancelSource::Http).await;
     state.store.cancel(&run_id).await?;
     tracing::info!(run_id = %run_id, running_here, "cancel requested");
     Ok(HttpResponse::Accepted().json(json!({"run_id": run_id, "cancelled": true})))

@@ -2,6 +2,7 @@
 //! strict answer reading ([`verdict`]), and the set-up check of `probe-model` ([`probe`]). Retry, timeouts, budgets and cancellation are the
 //! actors' job (`actors::semantic_guard`, `actors::repair`).
 
+pub mod body;
 pub mod client;
 pub mod probe;
 pub mod prompts;

@@ -20,8 +20,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::prompts::{
-    new_nonce, repair_request, semantic_request, verdict_schema, PreparedRequest, RequestShape,
-    UsableCallRef,
+    new_nonce, repair_request, semantic_request, verdict_schema, PreparedRequest, PromptError,
+    RequestShape, UsableCallRef,
 };
 use super::verdict::{parse_repaired_draft, parse_verdict, read_completion, usage};
 use super::ModelClient;
@@ -154,7 +154,7 @@ fn canary_request(
     model: &str,
     mode: StructuredOutput,
     word: &str,
-) -> Result<(PreparedRequest, u64), serde_json::Error> {
+) -> Result<(PreparedRequest, u64), PromptError> {
     let system = canary_system(word);
     let message_bytes = (system.len() + CANARY_USER.len()) as u64;
     let mut body = json!({
@@ -450,7 +450,7 @@ pub async fn probe(config: &Config) -> ProbeReport {
             tool: ToolName::LogSearch,
             evidence_status: EvidenceStatus::EvidenceFound,
         }];
-        match repair_request(&repair_shape, &draft, &violations, &usable) {
+        match repair_request(&repair_shape, &draft, &violations, &usable, &new_nonce()) {
             Ok(request) => {
                 let bytes = message_bytes(&request);
                 let (probe, repaired) = call(

@@ -21,6 +21,8 @@ use super::report::{percentiles, plot, rss_kb, Report, RssPoint, Sample};
 use super::scenarios::{RunPlan, Scenario, CANARIES};
 use crate::config::Config;
 use crate::http::Application;
+use crate::store::agent_records::{AgentRecords, CallsLists};
+use crate::store::Keys;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SoakArgs {
@@ -126,27 +128,11 @@ async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), String> 
         )
         .ignore();
     }
-    for inv in &plan.invocations {
-        let object = inv.as_object().ok_or("an invocation is not an object")?;
-        let call = object["tool_call_id"].as_str().unwrap_or_default();
-        let run = object
-            .get("stored_under")
-            .or_else(|| object.get("run_id"))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let fields: Vec<(String, String)> = object
-            .iter()
-            .filter(|(k, _)| k.as_str() != "stored_under")
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-            .collect();
-        pipe.hset_multiple(
-            format!("{}:run:{{{run}}}:call:{call}", shared.prefix),
-            &fields,
-        )
-        .ignore();
-        pipe.rpush(format!("{}:run:{{{run}}}:calls", shared.prefix), call)
-            .ignore();
-    }
+    AgentRecords::from_json(&plan.invocations, run)?.write_redis(
+        &mut pipe,
+        &Keys::new(&shared.prefix),
+        CallsLists::Append,
+    );
     let mut conn = shared.redis.clone();
     pipe.query_async::<()>(&mut conn)
         .await

@@ -76,6 +76,25 @@ impl MemoryStore {
         )
     }
 
+    /// The marker, the calls list and the records of `cited` and of the listed calls (most
+    /// recent first), as the Redis store's load script reads them.
+    pub(super) fn load(
+        &self,
+        run: &str,
+        cited: &[String],
+        max_calls: usize,
+        limits: super::RecordLimits,
+    ) -> (bool, CallsList, LoadedRecords) {
+        let calls = self.calls(run, max_calls);
+        let listed = match &calls {
+            CallsList::Ids(ids) => ids.as_slice(),
+            CallsList::Unreadable(_) => &[],
+        };
+        let ids = super::lookup_ids(cited.iter().chain(listed.iter().rev()));
+        let loaded = self.records(run, &ids, limits.max_record_bytes, limits.max_release_bytes);
+        (self.is_cancelled(run), calls, loaded)
+    }
+
     /// The guard's fields of each record, within the same limits as the Redis store.
     pub(super) fn records(
         &self,

@@ -5,6 +5,7 @@
 //! meaning; the key schema lives in [`Keys`]. A failed operation is a [`StoreError`] and
 //! changes nothing the caller relies on.
 
+pub mod agent_records;
 mod memory;
 mod redis;
 
@@ -177,6 +178,14 @@ pub struct LoadedRecords {
     pub bytes: u64,
 }
 
+/// What a release read of its run ([`Store::load_evidence`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The cancel marker was set when the evidence was read.
+    pub cancelled: bool,
+    pub evidence: RunEvidence,
+}
+
 /// A record whose guard fields total `size` bytes, over `evidence.max_record_bytes`.
 fn record_too_large(size: u64, max_record_bytes: u64) -> CallRejection {
     CallRejection::new(
@@ -204,6 +213,12 @@ fn bad_record_reason(rule: Rule) -> &'static str {
         Rule::RecordOverBudget => "over_budget",
         Rule::CallsWrongType => "calls_wrong_type",
         _ => "other",
+    }
+}
+
+fn count_bad_records(loaded: &LoadedRecords) {
+    for why in loaded.unreadable.values() {
+        telemetry::bad_record(bad_record_reason(why.rule));
     }
 }
 
@@ -240,22 +255,23 @@ impl Store {
         }
     }
 
-    /// The run's calls list (its most recent `max_calls`) and the records of the cited ids
-    /// and of those calls (cited first, then the most recent calls, within
-    /// `limits.max_release_bytes`): the list in one round trip, the records in another.
-    /// Records that are not hashes, not UTF-8 or over a limit are unusable calls, and a
-    /// calls key that is not a list makes every call unusable: the agent's data, counted in
-    /// `harness_bad_records_total`, never a store error.
-    pub async fn load_evidence(
+    /// Everything a release reads of its run, in one round trip: whether the cancel
+    /// marker is set, the run's calls list (its most recent `max_calls`) and the records of
+    /// the cited ids and of those calls (cited first, then the most recent calls, within
+    /// `limits.max_release_bytes`). Records that are not hashes, not UTF-8 or over a limit
+    /// are unusable calls, and a calls key that is not a list makes every call unusable:
+    /// the agent's data, counted in `harness_bad_records_total`, never a store error.
+    pub async fn load(
         &self,
         run: &str,
         cited: &[String],
         max_calls: usize,
         limits: RecordLimits,
-    ) -> Result<RunEvidence, StoreError> {
-        let calls = match self {
-            Store::Memory(s) => s.calls(run, max_calls),
-            Store::Redis(s) => s.calls(run, max_calls).await?,
+    ) -> Result<Loaded, StoreError> {
+        let cited = lookup_ids(cited.iter());
+        let (cancelled, calls, loaded) = match self {
+            Store::Memory(s) => s.load(run, &cited, max_calls, limits),
+            Store::Redis(s) => s.load(run, &cited, max_calls, limits).await?,
         };
         let (calls, calls_unreadable) = match calls {
             CallsList::Ids(ids) => (ids, None),
@@ -264,18 +280,29 @@ impl Store {
                 (Vec::new(), Some(why))
             }
         };
-        let ids = lookup_ids(cited.iter().chain(calls.iter().rev()));
-        let loaded = self
-            .load_records(run, &ids, limits, limits.max_release_bytes)
-            .await?;
-        Ok(RunEvidence {
-            run_id: run.to_string(),
-            calls,
-            records: loaded.records,
-            unreadable: loaded.unreadable,
-            calls_unreadable,
-            loaded_bytes: loaded.bytes,
+        count_bad_records(&loaded);
+        Ok(Loaded {
+            cancelled,
+            evidence: RunEvidence {
+                run_id: run.to_string(),
+                calls,
+                records: loaded.records,
+                unreadable: loaded.unreadable,
+                calls_unreadable,
+                loaded_bytes: loaded.bytes,
+            },
         })
+    }
+
+    /// [`Store::load`] without the marker.
+    pub async fn load_evidence(
+        &self,
+        run: &str,
+        cited: &[String],
+        max_calls: usize,
+        limits: RecordLimits,
+    ) -> Result<RunEvidence, StoreError> {
+        Ok(self.load(run, cited, max_calls, limits).await?.evidence)
     }
 
     /// Adds the records of `ids` that `evidence` does not hold yet (a repaired Draft may
@@ -315,9 +342,7 @@ impl Store {
             Store::Memory(s) => s.records(run, ids, limits.max_record_bytes, budget),
             Store::Redis(s) => s.records(run, ids, limits.max_record_bytes, budget).await?,
         };
-        for why in loaded.unreadable.values() {
-            telemetry::bad_record(bad_record_reason(why.rule));
-        }
+        count_bad_records(&loaded);
         Ok(loaded)
     }
 

@@ -10,7 +10,10 @@ use futures::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Client, RedisError, Script};
 
-use super::{Begin, CallsList, Commit, Committed, Keys, LoadedRecords, StoreError, Watch, Watched};
+use super::{
+    Begin, CallsList, Commit, Committed, Keys, LoadedRecords, RecordLimits, StoreError, Watch,
+    Watched,
+};
 use crate::config::RedisConfig;
 use crate::domain::evidence_guard::Rule;
 use crate::domain::invocation::{CallRejection, RawRecord, MAX_CALL_ID_BYTES, RECORD_FIELDS};
@@ -64,26 +67,132 @@ redis.call("DEL", KEYS[1])
 return {what, ""}
 "#;
 
-/// A run's calls list, bounded: its most recent ARGV[1] ids, each at most ARGV[2] bytes
-/// (longer ones are answered as "" and left out), or why it cannot be read.
-/// KEYS: calls. Answers {"ok", {ids}} | {"missing"} | {"wrong_type", type}.
-const CALLS_SCRIPT: &str = r#"
-local t = redis.call("TYPE", KEYS[1])["ok"]
-if t == "none" then return {"missing"} end
-if t ~= "list" then return {"wrong_type", t} end
-local ids = redis.call("LRANGE", KEYS[1], -tonumber(ARGV[1]), -1)
-local max = tonumber(ARGV[2])
-for i, id in ipairs(ids) do
-  if #id > max then ids[i] = "" end
+/// Everything a release reads of its run, in one step: the cancel marker, the calls list
+/// (bounded: its most recent ARGV[1] ids, each at most ARGV[2] bytes; longer ones are
+/// answered as "" and not looked up) and the guard's fields of the records of the cited
+/// ids (KEYS[3..]) and then of the listed calls, most recent first (their keys are ARGV[5]
+/// followed by the id: the run's own key prefix, so every key is in the run's slot). Ids
+/// that are not UTF-8, blank (Unicode white space only), over-long or repeated are not
+/// looked up, as [`super::lookup_ids`] does for the cited ones. A record whose fields
+/// total more than ARGV[3] bytes, or that would take the release past its budget ARGV[4],
+/// is answered by its size only; other types by their type. ARGV[6..]: the fields.
+/// KEYS: calls, cancelled, cited record keys.
+///
+/// The answer is one string of items ([`Items`]: `LEN:BYTES`, or `-` for nil), which costs
+/// far less to read than nested replies: marker (`0`/`1`); calls: `ok` N ids... | `missing`
+/// | `wrong_type` TYPE; then M and per record: id, `ok` SIZE fields... | `missing` |
+/// `wrong_type` TYPE | `too_large` SIZE | `over_budget` SIZE.
+const LOAD_SCRIPT: &str = r#"
+local max_calls, max_id = tonumber(ARGV[1]), tonumber(ARGV[2])
+local max_record, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
+local prefix = ARGV[5]
+local fields = {}
+for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
+local out = {}
+local function put(s)
+  if s then
+    s = tostring(s)
+    out[#out + 1] = #s .. ":"
+    out[#out + 1] = s
+  else
+    out[#out + 1] = "-"
+  end
 end
-return {"ok", ids}
+put(redis.call("EXISTS", KEYS[2]))
+local listed = {}
+local t = redis.call("TYPE", KEYS[1])["ok"]
+if t == "none" then
+  put("missing")
+elseif t ~= "list" then
+  put("wrong_type")
+  put(t)
+else
+  listed = redis.call("LRANGE", KEYS[1], -max_calls, -1)
+  put("ok")
+  put(#listed)
+  for i, id in ipairs(listed) do
+    if #id > max_id then listed[i] = "" end
+    put(listed[i])
+  end
+end
+local function utf8(s)
+  local i, n = 1, #s
+  while i <= n do
+    local c, len = s:byte(i), 0
+    if c < 0x80 then len = 1
+    elseif c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c >= 0xE0 and c <= 0xEF then len = 3
+    elseif c >= 0xF0 and c <= 0xF4 then len = 4
+    else return false end
+    if i + len - 1 > n then return false end
+    for j = i + 1, i + len - 1 do
+      local d = s:byte(j)
+      if d < 0x80 or d > 0xBF then return false end
+    end
+    local d = s:byte(i + 1)
+    if (c == 0xE0 and d < 0xA0) or (c == 0xED and d > 0x9F)
+      or (c == 0xF0 and d < 0x90) or (c == 0xF4 and d > 0x8F) then return false end
+    i = i + len
+  end
+  return true
+end
+local function blank(id)
+  local rest = id:gsub("[\t-\r ]", "")
+  rest = rest:gsub("\194[\133\160]", ""):gsub("\225\154\128", "")
+  rest = rest:gsub("\226\128[\128-\138\168\169\175]", ""):gsub("\226\129\159", "")
+  rest = rest:gsub("\227\128\128", "")
+  return #rest == 0
+end
+local ids, keys, seen = {}, {}, {}
+for i = 3, #KEYS do
+  local id = string.sub(KEYS[i], #prefix + 1)
+  if not seen[id] then
+    seen[id] = true
+    ids[#ids + 1] = id
+    keys[#keys + 1] = KEYS[i]
+  end
+end
+for i = #listed, 1, -1 do
+  local id = listed[i]
+  if id ~= "" and not seen[id] and utf8(id) and not blank(id) then
+    seen[id] = true
+    ids[#ids + 1] = id
+    keys[#keys + 1] = prefix .. id
+  end
+end
+put(#ids)
+for i, key in ipairs(keys) do
+  put(ids[i])
+  local kind = redis.call("TYPE", key)["ok"]
+  if kind == "none" then
+    put("missing")
+  elseif kind ~= "hash" then
+    put("wrong_type")
+    put(kind)
+  else
+    local size = 0
+    for _, f in ipairs(fields) do size = size + redis.call("HSTRLEN", key, f) end
+    if size > max_record then
+      put("too_large")
+      put(size)
+    elseif size > budget then
+      put("over_budget")
+      put(size)
+    else
+      budget = budget - size
+      put("ok")
+      put(size)
+      local values = redis.call("HMGET", key, unpack(fields))
+      for j = 1, #fields do put(values[j]) end
+    end
+  end
+end
+return table.concat(out)
 "#;
 
-/// The guard's fields of each record (KEYS, in priority order), bounded: a record whose
-/// fields total more than ARGV[1] bytes, or that would take the release past its budget
-/// ARGV[2], is answered by its size only; other types by their type. ARGV[3..]: the fields.
-/// Answers per key {"ok", size, {values}} | {"missing"} | {"wrong_type", type} |
-/// {"too_large", size} | {"over_budget", size}.
+/// The guard's fields of each record (KEYS, in priority order), bounded as in
+/// [`LOAD_SCRIPT`], for the ids a repaired Draft cites that the load did not read.
+/// ARGV: max record bytes, budget, the fields. Answers per key as [`LOAD_SCRIPT`]'s records.
 const RECORDS_SCRIPT: &str = r#"
 local max_record = tonumber(ARGV[1])
 local budget = tonumber(ARGV[2])
@@ -131,7 +240,7 @@ pub struct RedisStore {
     unlock: Script,
     begin: Script,
     commit: Script,
-    calls: Script,
+    load: Script,
     records: Script,
 }
 
@@ -178,7 +287,7 @@ impl RedisStore {
             unlock: Script::new(UNLOCK_SCRIPT),
             begin: Script::new(BEGIN_SCRIPT),
             commit: Script::new(COMMIT_SCRIPT),
-            calls: Script::new(CALLS_SCRIPT),
+            load: Script::new(LOAD_SCRIPT),
             records: Script::new(RECORDS_SCRIPT),
         })
     }
@@ -220,40 +329,44 @@ impl RedisStore {
         }
     }
 
-    pub(super) async fn calls(&self, run: &str, max_calls: usize) -> Result<CallsList, StoreError> {
-        let mut conn = self.conn.clone();
-        let answer: redis::Value = self
-            .calls
+    /// The load script ([`LOAD_SCRIPT`]): the marker, the calls list and the records of
+    /// `cited` (ids that can name a record) and of the listed calls, in one round trip.
+    pub(super) async fn load(
+        &self,
+        run: &str,
+        cited: &[String],
+        max_calls: usize,
+        limits: RecordLimits,
+    ) -> Result<(bool, CallsList, LoadedRecords), StoreError> {
+        let mut invocation = self.load.prepare_invoke();
+        invocation
             .key(self.keys.calls(run))
+            .key(self.keys.cancelled(run));
+        for id in cited {
+            invocation.key(self.keys.call(run, id));
+        }
+        invocation
             .arg(max_calls.max(1))
             .arg(MAX_CALL_ID_BYTES)
+            .arg(limits.max_record_bytes)
+            .arg(limits.max_release_bytes)
+            .arg(self.keys.call(run, ""));
+        for field in RECORD_FIELDS {
+            invocation.arg(field);
+        }
+        let mut conn = self.conn.clone();
+        let answer: Vec<u8> = invocation
             .invoke_async(&mut conn)
             .await
-            .map_err(failed("load_calls"))?;
-        let mut parts = array(answer).into_iter();
-        match text(parts.next()).as_deref() {
-            Some("ok") => Ok(CallsList::Ids(
-                array(parts.next().unwrap_or(redis::Value::Nil))
-                    .into_iter()
-                    .filter_map(|id| bytes(id).and_then(|b| String::from_utf8(b).ok()))
-                    .filter(|id| !id.is_empty())
-                    .collect(),
-            )),
-            Some("missing") => Ok(CallsList::Ids(Vec::new())),
-            Some("wrong_type") => Ok(CallsList::Unreadable(CallRejection::new(
-                Rule::CallsWrongType,
-                format!(
-                    "the run's calls key is a {}, not a list",
-                    text(parts.next()).unwrap_or_default()
-                ),
-            ))),
-            other => Err(StoreError::unavailable(
-                "load_calls",
-                format!("unexpected answer {other:?} from the calls script"),
-            )),
-        }
+            .map_err(failed("load"))?;
+        read_load(&answer, limits.max_record_bytes).map_err(|what| {
+            telemetry::store_error("load");
+            StoreError::unavailable("load", format!("unexpected {what} from the load script"))
+        })
     }
 
+    /// The records of `ids` within `budget` bytes ([`RECORDS_SCRIPT`]; the ids a repaired
+    /// Draft cites that the load did not read).
     pub(super) async fn records(
         &self,
         run: &str,
@@ -279,43 +392,13 @@ impl RedisStore {
             .map_err(failed("load_records"))?;
         let mut loaded = LoadedRecords::default();
         for (id, found) in ids.iter().zip(array(answer)) {
-            let mut parts = array(found).into_iter();
-            let status = text(parts.next()).unwrap_or_default();
-            let unreadable = |rule: Rule, detail: String| CallRejection::new(rule, detail);
-            let why = match status.as_str() {
-                "missing" => continue,
-                "ok" => {
-                    let size = number(parts.next());
-                    let values = array(parts.next().unwrap_or(redis::Value::Nil));
-                    match decode_fields(values) {
-                        Ok(record) => {
-                            loaded.bytes += size;
-                            loaded.records.insert(id.clone(), record);
-                            continue;
-                        }
-                        Err(field) => unreadable(
-                            Rule::RecordNotUtf8,
-                            format!("the record's {field} is not UTF-8"),
-                        ),
-                    }
-                }
-                "wrong_type" => unreadable(
-                    Rule::RecordWrongType,
-                    format!(
-                        "the record is a {}, not a hash",
-                        text(parts.next()).unwrap_or_default()
-                    ),
-                ),
-                "too_large" => super::record_too_large(number(parts.next()), max_record_bytes),
-                "over_budget" => super::record_over_budget(number(parts.next())),
-                other => {
-                    return Err(StoreError::unavailable(
-                        "load_records",
-                        format!("unexpected answer {other:?} from the records script"),
-                    ))
-                }
-            };
-            loaded.unreadable.insert(id.clone(), why);
+            absorb_record(
+                &mut loaded,
+                id.clone(),
+                found,
+                max_record_bytes,
+                "load_records",
+            )?;
         }
         Ok(loaded)
     }
@@ -491,6 +574,175 @@ fn number(value: Option<redis::Value>) -> u64 {
         Some(redis::Value::Int(n)) => n.max(0) as u64,
         _ => 0,
     }
+}
+
+/// The items of the load script's answer: `LEN:BYTES`, or `-` for nil.
+struct Items<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Items<'a> {
+    /// The next item (None for nil), or `what` if the answer ends or is malformed here.
+    fn next(&mut self, what: &'static str) -> Result<Option<&'a [u8]>, &'static str> {
+        if let Some(rest) = self.bytes.strip_prefix(b"-") {
+            self.bytes = rest;
+            return Ok(None);
+        }
+        let colon = self.bytes.iter().position(|&b| b == b':').ok_or(what)?;
+        let len: usize = std::str::from_utf8(&self.bytes[..colon])
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .ok_or(what)?;
+        let rest = &self.bytes[colon + 1..];
+        if rest.len() < len {
+            return Err(what);
+        }
+        let (item, rest) = rest.split_at(len);
+        self.bytes = rest;
+        Ok(Some(item))
+    }
+
+    /// The next item, which must be there.
+    fn item(&mut self, what: &'static str) -> Result<&'a [u8], &'static str> {
+        self.next(what)?.ok_or(what)
+    }
+
+    fn text(&mut self, what: &'static str) -> Result<&'a str, &'static str> {
+        std::str::from_utf8(self.item(what)?).map_err(|_| what)
+    }
+
+    fn number(&mut self, what: &'static str) -> Result<u64, &'static str> {
+        self.text(what)?.parse().map_err(|_| what)
+    }
+}
+
+/// The load script's answer ([`LOAD_SCRIPT`]): marker, calls list, records.
+fn read_load(
+    answer: &[u8],
+    max_record_bytes: u64,
+) -> Result<(bool, CallsList, LoadedRecords), &'static str> {
+    let mut items = Items { bytes: answer };
+    let marker = items.text("marker")? == "1";
+    let calls = match items.text("calls answer")? {
+        "ok" => {
+            let n = items.number("number of calls")?;
+            let mut ids = Vec::with_capacity(n.min(4096) as usize);
+            for _ in 0..n {
+                // Over-long ids come as "", ids that are not UTF-8 are left out: neither
+                // can name a record.
+                if let Ok(id) = std::str::from_utf8(items.item("call id")?) {
+                    if !id.is_empty() {
+                        ids.push(id.to_string());
+                    }
+                }
+            }
+            CallsList::Ids(ids)
+        }
+        "missing" => CallsList::Ids(Vec::new()),
+        "wrong_type" => CallsList::Unreadable(CallRejection::new(
+            Rule::CallsWrongType,
+            format!(
+                "the run's calls key is a {}, not a list",
+                items.text("calls type")?
+            ),
+        )),
+        _ => return Err("calls answer"),
+    };
+    let mut loaded = LoadedRecords::default();
+    for _ in 0..items.number("number of records")? {
+        let id = items.text("record id")?.to_string();
+        let why = match items.text("record answer")? {
+            "missing" => continue,
+            "ok" => {
+                let size = items.number("record size")?;
+                let mut record = RawRecord::new();
+                let mut not_utf8 = None;
+                for field in RECORD_FIELDS {
+                    if let Some(value) = items.next("record field")? {
+                        match std::str::from_utf8(value) {
+                            Ok(text) => {
+                                record.insert(field.to_string(), text.to_string());
+                            }
+                            Err(_) => {
+                                not_utf8.get_or_insert(field);
+                            }
+                        }
+                    }
+                }
+                match not_utf8 {
+                    None => {
+                        loaded.bytes += size;
+                        loaded.records.insert(id, record);
+                        continue;
+                    }
+                    Some(field) => CallRejection::new(
+                        Rule::RecordNotUtf8,
+                        format!("the record's {field} is not UTF-8"),
+                    ),
+                }
+            }
+            "wrong_type" => CallRejection::new(
+                Rule::RecordWrongType,
+                format!("the record is a {}, not a hash", items.text("record type")?),
+            ),
+            "too_large" => super::record_too_large(items.number("record size")?, max_record_bytes),
+            "over_budget" => super::record_over_budget(items.number("record size")?),
+            _ => return Err("record answer"),
+        };
+        loaded.unreadable.insert(id, why);
+    }
+    if !items.bytes.is_empty() {
+        return Err("trailing bytes");
+    }
+    Ok((marker, calls, loaded))
+}
+
+/// One record as a script answered it, into `loaded`: its fields, or why it is unreadable
+/// (nothing for a missing record).
+fn absorb_record(
+    loaded: &mut LoadedRecords,
+    id: String,
+    found: redis::Value,
+    max_record_bytes: u64,
+    op: &'static str,
+) -> Result<(), StoreError> {
+    let mut parts = array(found).into_iter();
+    let status = text(parts.next()).unwrap_or_default();
+    let why = match status.as_str() {
+        "missing" => return Ok(()),
+        "ok" => {
+            let size = number(parts.next());
+            let values = array(parts.next().unwrap_or(redis::Value::Nil));
+            match decode_fields(values) {
+                Ok(record) => {
+                    loaded.bytes += size;
+                    loaded.records.insert(id, record);
+                    return Ok(());
+                }
+                Err(field) => CallRejection::new(
+                    Rule::RecordNotUtf8,
+                    format!("the record's {field} is not UTF-8"),
+                ),
+            }
+        }
+        "wrong_type" => CallRejection::new(
+            Rule::RecordWrongType,
+            format!(
+                "the record is a {}, not a hash",
+                text(parts.next()).unwrap_or_default()
+            ),
+        ),
+        "too_large" => super::record_too_large(number(parts.next()), max_record_bytes),
+        "over_budget" => super::record_over_budget(number(parts.next())),
+        other => {
+            return Err(StoreError::unavailable(
+                op,
+                format!("unexpected answer {other:?} from the records script"),
+            ))
+        }
+    };
+    loaded.unreadable.insert(id, why);
+    Ok(())
 }
 
 /// The record's fields (in `RECORD_FIELDS` order; nil = absent) decoded as UTF-8, or the

@@ -7,6 +7,8 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use release_harness::config::Config;
 use release_harness::http::{Application, Shutdown};
+use release_harness::store::agent_records::{AgentRecords, CallsLists};
+use release_harness::store::Keys;
 use serde_json::Value;
 
 pub use crate::common::*;
@@ -104,28 +106,11 @@ pub async fn seed_records(redis_url: &str, prefix: &str, invocations: &[Value]) 
         .get_multiplexed_async_connection()
         .await
         .expect("redis reachable");
-    for inv in invocations {
-        let object = inv.as_object().unwrap();
-        let call = object["tool_call_id"].as_str().unwrap();
-        let run = object
-            .get("stored_under")
-            .or_else(|| object.get("run_id"))
-            .and_then(Value::as_str)
-            .unwrap();
-        let fields: Vec<(String, String)> = object
-            .iter()
-            .filter(|(k, _)| k.as_str() != "stored_under")
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-            .collect();
-        let _: () = conn
-            .hset_multiple(format!("{prefix}:run:{{{run}}}:call:{call}"), &fields)
-            .await
-            .unwrap();
-        let _: () = conn
-            .rpush(format!("{prefix}:run:{{{run}}}:calls"), call)
-            .await
-            .unwrap();
-    }
+    let mut pipe = redis::pipe();
+    AgentRecords::from_json(invocations, "")
+        .expect("invocations in bundle form")
+        .write_redis(&mut pipe, &Keys::new(prefix), CallsLists::Append);
+    let _: () = pipe.query_async(&mut conn).await.unwrap();
 }
 
 impl TestApp {

@@ -2,6 +2,8 @@
 //! as a real HTTP server (wiremock, or a raw TCP peer that never answers). All API tests
 //! live in this one binary.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 #[path = "../common/mod.rs"]
 mod common;
 
@@ -12,5 +14,6 @@ mod helpers;
 mod hostile;
 mod operations;
 mod redis_outage;
+mod round_trips;
 mod routes;
 mod shutdown;

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Instructions per release (not part of CI): user-space instructions the harness process
+# executes per release, counted by callgrind, so the figure does not depend on machine noise
+# and is the one to compare from change to change.
+#
+# For each kind of release, an optimised `release-harness serve` runs under
+# `valgrind --tool=callgrind` twice, on a private Redis, driven by
+# `release-harness soak --only SCENARIO` with the soak's instant fake model: once for a few
+# releases and once for 200 more. The figure is (I(long run) - I(short run)) / (releases
+# between them), so start-up and shutdown cancel out.
+#   judged         `supported`: one SemanticGuard call, released SUCCESS
+#   deterministic  `no_conclusion`: records loaded and guarded, no model call
+#                  (INSUFFICIENT_EVIDENCE)
+# Usage: scripts/instructions.sh [EXTRA_RELEASES=200]
+#        BIN=path/to/release-harness scripts/instructions.sh   (another build, e.g. before)
+#        ANNOTATE=1 ...   also keeps the long runs' profiles in soak-reports/ and prints
+#                         their top functions (build with `--profile profiling` for symbols)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+extra=${1:-200}
+need_pkg valgrind valgrind
+
+work=$(mktemp -d)
+trap 'cleanup "$work"' EXIT
+start_redis "$work"
+release_bin
+bin=$BIN
+
+# run_count SCENARIO SECONDS: one callgrind'ed serve driven at 20 releases/s for SECONDS;
+# prints "instructions answered".
+run_count() {
+  local scenario=$1 seconds=$2 port model_port prefix out pid
+  port=$(free_port)
+  model_port=$(free_port)
+  prefix="ins-$scenario-$seconds-$$"
+  out="$work/callgrind.$scenario.$seconds"
+  HARNESS__REDIS__URL="$REDIS_URL" HARNESS__REDIS__KEY_PREFIX="$prefix" \
+    HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__SERVER__API_TOKEN=ins-token \
+    HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" RUST_LOG=warn \
+    valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" serve \
+    >"$work/serve-$scenario-$seconds.log" 2>&1 &
+  pid=$!
+  track "$pid"
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn "$bin" soak --only "$scenario" \
+    --target "http://127.0.0.1:$port" --token ins-token --key-prefix "$prefix" \
+    --model-listen "127.0.0.1:$model_port" --model-latency-ms 0 \
+    --duration "$seconds" --rate 20 --report-dir "$work/reports" \
+    >"$work/report-$scenario-$seconds.json" 2>"$work/soak-$scenario-$seconds.log" \
+    || { echo "the soak of $scenario reported violations:" >&2; cat "$work/report-$scenario-$seconds.json" >&2; exit 1; }
+  kill -TERM "$pid"
+  wait "$pid" 2>/dev/null || true
+  local total answered
+  total=$(awk '/^(summary|totals):/ {print $2; exit}' "$out")
+  answered=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["answered"])' \
+    "$work/report-$scenario-$seconds.json")
+  echo "$total $answered"
+}
+
+echo "==> instructions per release (callgrind), $bin, Redis on port $REDIS_PORT"
+long=$(( 1 + extra / 20 ))
+for scenario in supported no_conclusion; do
+  read -r i1 n1 < <(run_count "$scenario" 1)
+  read -r i2 n2 < <(run_count "$scenario" "$long")
+  python3 - "$scenario" "$i1" "$n1" "$i2" "$n2" <<'PY'
+import sys
+scenario, i1, n1, i2, n2 = sys.argv[1], *map(int, sys.argv[2:])
+kind = "judged" if scenario == "supported" else "deterministic"
+per = (i2 - i1) / (n2 - n1)
+print(f"{kind:13} ({scenario}): {per:,.0f} instructions per release "
+      f"(I({n2}) = {i2:,} - I({n1}) = {i1:,}, over {n2 - n1} releases)")
+PY
+  if [ -n "${ANNOTATE:-}" ]; then
+    mkdir -p soak-reports
+    cp "$work/callgrind.$scenario.$long" "soak-reports/callgrind.$scenario.out"
+    cp "$work/callgrind.$scenario.1" "soak-reports/callgrind.$scenario.short.out"
+    echo "   (callgrind profile of the long run: soak-reports/callgrind.$scenario.out)"
+    { callgrind_annotate --inclusive=yes "soak-reports/callgrind.$scenario.out" 2>/dev/null || true; } \
+      | grep -E 'release_harness|serde_json|redis::|combine|async_openai|reqwest|hyper::|actix_web|actix_http|malloc|free|memcpy' \
+      | head -60 || true
+  fi
+done

@@ -1,0 +1,185 @@
+//! Writing a chat-completions body straight into its final bytes.
+//!
+//! A JSON string is escaped as it is written, and a value that travels inside a string
+//! (the Draft and the evidence, serialized as JSON inside the user message) is serialized
+//! through [`StringContent`], which escapes each fragment on its way into the buffer: no
+//! intermediate `String` or `Value` is built, and nothing is escaped twice over.
+//! Invisible control characters (zero-width, bidirectional) can be dropped on the way.
+
+use std::io;
+
+/// How each byte is written inside a JSON string: 0 = as it is, `u` = `\u00XX`, otherwise
+/// a backslash and this letter. Bytes ≥ 0x80 (UTF-8 sequences) are written as they are.
+static ESCAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        table[b] = b'u';
+        b += 1;
+    }
+    table[0x08] = b'b';
+    table[0x09] = b't';
+    table[0x0A] = b'n';
+    table[0x0C] = b'f';
+    table[0x0D] = b'r';
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table
+};
+
+/// First bytes of the UTF-8 encodings of the invisible controls ([`invisible_len`]).
+static INVISIBLE_LEAD: [bool; 256] = {
+    let mut table = [false; 256];
+    table[0xC2] = true;
+    table[0xD8] = true;
+    table[0xE1] = true;
+    table[0xE2] = true;
+    table[0xEF] = true;
+    table
+};
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// The length of the invisible control character (U+00AD, U+061C, U+180E, U+200B–U+200F,
+/// U+202A–U+202E, U+2060–U+2064, U+2066–U+2069, U+FEFF) encoded at the start of `bytes`,
+/// or 0 if none starts there.
+pub fn invisible_len(bytes: &[u8]) -> usize {
+    match bytes {
+        [0xC2, 0xAD, ..] | [0xD8, 0x9C, ..] => 2,
+        [0xE1, 0xA0, 0x8E, ..]
+        | [0xE2, 0x80, 0x8B..=0x8F, ..]
+        | [0xE2, 0x80, 0xAA..=0xAE, ..]
+        | [0xE2, 0x81, 0xA0..=0xA4, ..]
+        | [0xE2, 0x81, 0xA6..=0xA9, ..]
+        | [0xEF, 0xBB, 0xBF, ..] => 3,
+        _ => 0,
+    }
+}
+
+/// Appends `bytes` (UTF-8 text) to `out` as the contents of a JSON string, dropping the
+/// invisible controls when `strip` is set.
+pub fn push_escaped(out: &mut Vec<u8>, bytes: &[u8], strip: bool) {
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let escape = ESCAPE[b as usize];
+        if escape != 0 {
+            out.extend_from_slice(&bytes[start..i]);
+            if escape == b'u' {
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 0xF) as usize]);
+            } else {
+                out.push(b'\\');
+                out.push(escape);
+            }
+            i += 1;
+            start = i;
+        } else if strip && INVISIBLE_LEAD[b as usize] {
+            let skip = invisible_len(&bytes[i..]);
+            if skip > 0 {
+                out.extend_from_slice(&bytes[start..i]);
+                i += skip;
+                start = i;
+            } else {
+                i += 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+/// Appends `text` as a whole JSON string (quotes included).
+pub fn push_string(out: &mut Vec<u8>, text: &str) {
+    out.push(b'"');
+    push_escaped(out, text.as_bytes(), false);
+    out.push(b'"');
+}
+
+/// An `io::Write` into the inside of a JSON string: what `serde_json` serializes through
+/// it lands escaped in the buffer. `serde_json` writes whole characters per call (it only
+/// splits text at ASCII bytes), so an invisible control is never cut in two.
+pub struct StringContent<'a> {
+    pub out: &'a mut Vec<u8>,
+    /// Drop invisible control characters (evidence).
+    pub strip_invisible: bool,
+}
+
+impl io::Write for StringContent<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        push_escaped(self.out, buf, self.strip_invisible);
+        Ok(buf.len())
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        push_escaped(self.out, buf, self.strip_invisible);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn escaped(text: &str, strip: bool) -> String {
+        let mut out = Vec::new();
+        push_escaped(&mut out, text.as_bytes(), strip);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn escapes_as_json_does() {
+        let text = "a\"b\\c\n\t\r\u{8}\u{c}\u{1}\u{1f}é–😀";
+        assert_eq!(
+            format!("\"{}\"", escaped(text, false)),
+            serde_json::to_string(text).unwrap()
+        );
+    }
+
+    #[test]
+    fn drops_every_invisible_control_and_nothing_else() {
+        let invisible: Vec<char> = (0u32..0x11000)
+            .filter_map(char::from_u32)
+            .filter(|c| {
+                let mut b = [0u8; 4];
+                invisible_len(c.encode_utf8(&mut b).as_bytes()) > 0
+            })
+            .collect();
+        let expected: Vec<char> = ['\u{00AD}', '\u{061C}', '\u{180E}']
+            .into_iter()
+            .chain('\u{200B}'..='\u{200F}')
+            .chain('\u{202A}'..='\u{202E}')
+            .chain('\u{2060}'..='\u{2064}')
+            .chain('\u{2066}'..='\u{2069}')
+            .chain(['\u{FEFF}'])
+            .collect();
+        assert_eq!(invisible, expected);
+        assert_eq!(
+            escaped("a\u{200B}b\u{202E}c\u{FEFF}d\u{2066}", true),
+            "abcd"
+        );
+        assert_eq!(escaped("a\u{200B}b", false), "a\u{200B}b");
+    }
+
+    proptest! {
+        #[test]
+        fn escaped_text_reads_back_as_the_text(text in any::<String>()) {
+            let json = format!("\"{}\"", escaped(&text, false));
+            prop_assert_eq!(serde_json::from_str::<String>(&json).unwrap(), text.clone());
+            let stripped = format!("\"{}\"", escaped(&text, true));
+            let expected: String = text.chars().filter(|c| {
+                let mut b = [0u8; 4];
+                invisible_len(c.encode_utf8(&mut b).as_bytes()) == 0
+            }).collect();
+            prop_assert_eq!(serde_json::from_str::<String>(&stripped).unwrap(), expected);
+        }
+    }
+}

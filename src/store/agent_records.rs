@@ -1,0 +1,166 @@
+//! The agent's records as its tool layer writes them (CONTRACT §1), for everything in this
+//! crate that plays the agent: the `seed` and `check` commands, the soak, tests and
+//! benchmarks. One type, [`AgentRecords`], read from invocations in bundle form, and one
+//! writer per store.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{Keys, MemoryStore};
+use crate::domain::invocation::RawRecord;
+
+/// One invocation in bundle form: the record's fields, all optional (a field left out is
+/// absent from the record), and the run whose key holds it when that is not its own.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Invocation {
+    pub run_id: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub tool_name: Option<String>,
+    pub lifecycle: Option<String>,
+    pub evidence_status: Option<String>,
+    pub agent_result: Option<String>,
+    pub raw_response: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    /// Store under this run's key instead of the record's own `run_id`.
+    pub stored_under: Option<String>,
+}
+
+/// One record: the run whose key holds it, its call id and its fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRecord {
+    pub run: String,
+    pub call: String,
+    pub fields: RawRecord,
+}
+
+/// How a writer treats a run's calls list that exists already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallsLists {
+    /// Replaced (replaying a recorded run).
+    Replace,
+    /// Appended to (a tool layer adding calls as they start).
+    Append,
+}
+
+/// Records and the calls list of each run they belong to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentRecords {
+    pub records: Vec<AgentRecord>,
+    pub calls: BTreeMap<String, Vec<String>>,
+}
+
+impl AgentRecords {
+    /// The records of `invocations`, each stored under `stored_under`, else its `run_id`,
+    /// else `default_run`; each run's calls list is its records in order, unless `calls`
+    /// names it.
+    pub fn new(
+        invocations: &[Invocation],
+        default_run: &str,
+        calls: &BTreeMap<String, Vec<String>>,
+    ) -> Result<AgentRecords, String> {
+        let mut out = AgentRecords::default();
+        for (i, inv) in invocations.iter().enumerate() {
+            let call = inv
+                .tool_call_id
+                .clone()
+                .ok_or_else(|| format!("invocations[{i}] has no tool_call_id"))?;
+            let run = inv
+                .stored_under
+                .clone()
+                .or_else(|| inv.run_id.clone())
+                .unwrap_or_else(|| default_run.to_string());
+            let fields = [
+                ("run_id", &inv.run_id),
+                ("tool_call_id", &inv.tool_call_id),
+                ("tool_name", &inv.tool_name),
+                ("lifecycle", &inv.lifecycle),
+                ("evidence_status", &inv.evidence_status),
+                ("agent_result", &inv.agent_result),
+                ("raw_response", &inv.raw_response),
+                ("started_at", &inv.started_at),
+                ("finished_at", &inv.finished_at),
+            ];
+            let fields: RawRecord = fields
+                .into_iter()
+                .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
+                .collect();
+            out.calls.entry(run.clone()).or_default().push(call.clone());
+            out.records.push(AgentRecord { run, call, fields });
+        }
+        for (run, list) in calls {
+            out.calls.insert(run.clone(), list.clone());
+        }
+        Ok(out)
+    }
+
+    /// From invocations as JSON objects (the soak's and the tests' fixtures).
+    pub fn from_json(invocations: &[Value], default_run: &str) -> Result<AgentRecords, String> {
+        let parsed = invocations
+            .iter()
+            .map(|v| Invocation::deserialize(v).map_err(|e| format!("an invocation: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        AgentRecords::new(&parsed, default_run, &BTreeMap::new())
+    }
+
+    /// Into the in-memory store.
+    pub fn write_memory(&self, store: &MemoryStore) {
+        for r in &self.records {
+            store.insert_record(&r.run, &r.call, r.fields.clone());
+        }
+        for (run, calls) in &self.calls {
+            store.set_calls(run, calls.clone());
+        }
+    }
+
+    /// Into a Redis pipeline (send it with `.query_async`): each record's HASH replaced,
+    /// each run's calls list replaced or appended to.
+    pub fn write_redis(&self, pipe: &mut redis::Pipeline, keys: &Keys, lists: CallsLists) {
+        for r in &self.records {
+            let key = keys.call(&r.run, &r.call);
+            pipe.del(&key).ignore();
+            let fields: Vec<(&String, &String)> = r.fields.iter().collect();
+            if !fields.is_empty() {
+                pipe.hset_multiple(&key, &fields).ignore();
+            }
+        }
+        for (run, calls) in &self.calls {
+            if lists == CallsLists::Replace {
+                pipe.del(keys.calls(run)).ignore();
+            }
+            if !calls.is_empty() {
+                pipe.rpush(keys.calls(run), calls).ignore();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn records_go_under_their_run_or_stored_under_and_make_the_calls_lists() {
+        let records = AgentRecords::from_json(
+            &[
+                json!({"run_id": "r-1", "tool_call_id": "c-1", "lifecycle": "READY"}),
+                json!({"run_id": "r-2", "tool_call_id": "c-2", "stored_under": "r-1"}),
+                json!({"tool_call_id": "c-3"}),
+            ],
+            "r-9",
+        )
+        .unwrap();
+        let runs: Vec<_> = records.records.iter().map(|r| r.run.as_str()).collect();
+        assert_eq!(runs, ["r-1", "r-1", "r-9"]);
+        assert_eq!(records.calls["r-1"], ["c-1", "c-2"]);
+        assert_eq!(records.calls["r-9"], ["c-3"]);
+        assert_eq!(records.records[0].fields.len(), 3);
+        assert!(!records.records[1].fields.contains_key("stored_under"));
+        assert!(AgentRecords::from_json(&[json!({"run_id": "r"})], "r").is_err());
+        assert!(AgentRecords::from_json(&[json!({"tool_call_id": 7})], "r").is_err());
+    }
+}
