@@ -547,6 +547,20 @@ fn finding(level: &'static str, text: String) -> Finding {
 
 fn judge_problem(probe: &ProbeCall, mode: StructuredOutput) -> Finding {
     let detail = probe.detail.clone().unwrap_or_default();
+    // The model's own weakness (too slow, a token or copied reason, an answer cut at
+    // max_tokens) is a warning; the protocol failing is a failure.
+    if probe.outcome == "timeout"
+        || detail.starts_with("the reason")
+        || detail.contains("cut at max_tokens")
+    {
+        return Finding {
+            level: "warn",
+            text: format!(
+                "the judge gave no usable verdict ({}: {detail}): the model is too slow or too weak for the rubric",
+                probe.outcome
+            ),
+        };
+    }
     let text = match probe.outcome {
         "rejected" => format!("the server refused the judge request as invalid ({detail}): it does not accept response_format {}; see the modes below and the README's table", mode.as_str()),
         "transport" => format!("the judge request failed in transport ({detail}): check model.base_url and that the server runs"),
