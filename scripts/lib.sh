@@ -72,5 +72,102 @@ track() { bg_pids+=("$1"); }
 cleanup() {
   for p in "${bg_pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   stop_redis
+  stop_redis_cluster
   [ -n "${1:-}" ] && rm -rf "$1"
+}
+
+# start_redis_cluster DIR: starts a private Redis Cluster on loopback, 3 masters + 3 replicas
+# (Debian's redis-server, `--cluster-enabled yes`, no persistence, cluster-node-timeout
+# 1000 ms so a dead master is replaced within a few seconds) and sets CLUSTER_PORTS (six
+# ports, masters first as created), CLUSTER_NODES (comma-separated redis:// URLs: the
+# `redis.cluster_nodes` seeds) and CLUSTER_DIR. Stop it with stop_redis_cluster.
+start_redis_cluster() {
+  local dir=$1 port
+  need_pkg redis-server redis-server
+  CLUSTER_DIR="$dir/cluster"
+  mkdir -p "$CLUSTER_DIR"
+  # A node also listens on PORT + 10000 (the cluster bus), so PORT must be <= 55535.
+  read -r -a CLUSTER_PORTS < <(python3 - <<'PY'
+import random, socket
+def free(p):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+ports = []
+while len(ports) < 6:
+    p = random.randint(20000, 45000)
+    if p not in ports and free(p) and free(p + 10000):
+        ports.append(p)
+print(*ports)
+PY
+)
+  for port in "${CLUSTER_PORTS[@]}"; do start_cluster_node "$port"; done
+  for port in "${CLUSTER_PORTS[@]}"; do
+    for _ in $(seq 1 50); do
+      redis-cli -p "$port" ping >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+  done
+  local hosts=()
+  for port in "${CLUSTER_PORTS[@]}"; do hosts+=("127.0.0.1:$port"); done
+  redis-cli --cluster create "${hosts[@]}" --cluster-replicas 1 --cluster-yes >"$CLUSTER_DIR/create.log" 2>&1 \
+    || { cat "$CLUSTER_DIR/create.log" >&2; echo "redis-cli --cluster create failed" >&2; return 1; }
+  wait_cluster_ok || return 1
+  CLUSTER_NODES=$(printf 'redis://127.0.0.1:%s,' "${CLUSTER_PORTS[@]}")
+  CLUSTER_NODES=${CLUSTER_NODES%,}
+  export CLUSTER_DIR CLUSTER_NODES
+}
+
+# start_cluster_node PORT: (re)starts one cluster node of CLUSTER_DIR; its nodes.conf there
+# keeps its identity, so a restarted node rejoins (as a replica if it was failed over). Each
+# node has its own RDB file name: a replica's full sync goes through that file, and replicas
+# syncing at once into one shared dump.rdb would load each other's data.
+start_cluster_node() {
+  local port=$1
+  redis-server --port "$port" --bind 127.0.0.1 --daemonize yes --save '' --appendonly no \
+    --dbfilename "dump-$port.rdb" \
+    --cluster-enabled yes --cluster-config-file "nodes-$port.conf" --cluster-node-timeout 1000 \
+    --pidfile "$CLUSTER_DIR/redis-$port.pid" --dir "$CLUSTER_DIR" \
+    --logfile "$CLUSTER_DIR/redis-$port.log" >/dev/null
+}
+
+# wait_cluster_ok: waits up to 20 s until every node of CLUSTER_PORTS that answers reports
+# cluster_state:ok and all 16384 slots assigned.
+wait_cluster_ok() {
+  local port ok
+  for _ in $(seq 1 200); do
+    ok=1
+    for port in "${CLUSTER_PORTS[@]}"; do
+      redis-cli -p "$port" ping >/dev/null 2>&1 || continue
+      redis-cli -p "$port" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || ok=0
+    done
+    [ "$ok" = 1 ] && return 0
+    sleep 0.1
+  done
+  echo "the Redis Cluster did not reach cluster_state:ok" >&2
+  return 1
+}
+
+# cluster_masters: prints the ports of the cluster's current masters.
+cluster_masters() {
+  redis-cli -p "${CLUSTER_PORTS[0]}" cluster nodes 2>/dev/null \
+    | awk '$3 ~ /master/ && $3 !~ /fail/ {split($2, a, "[:@]"); print a[2]}' | sort -n
+}
+
+stop_redis_cluster() {
+  local port pid pids=()
+  for port in "${CLUSTER_PORTS[@]:-}"; do
+    [ -n "$port" ] && [ -f "$CLUSTER_DIR/redis-$port.pid" ] || continue
+    pid=$(cat "$CLUSTER_DIR/redis-$port.pid")
+    kill "$pid" 2>/dev/null && pids+=("$pid")
+  done
+  for pid in "${pids[@]:-}"; do
+    [ -n "$pid" ] || continue
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  done
+  CLUSTER_PORTS=()
 }

@@ -85,18 +85,25 @@ for w in "${workers[@]}"; do
   pid=$!
   track "$pid"
   wait_ready "http://127.0.0.1:$port"
+  cpu_before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   wrk -t2 -c"$connections" -d"${duration}s" --timeout 10s -s "$work/release.lua" \
     "http://127.0.0.1:$port" -- "$work/body.json" >"$work/wrk-$w.txt" 2>&1 || true
+  cpu_after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  cpu=$(( (cpu_after - cpu_before) * 100 / $(getconf CLK_TCK) ))
   outcomes=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^harness_releases_total\{/ && $2 > 0 {printf "%s=%d ", $1, $2}')
   kill "$pid"
   wait "$pid" 2>/dev/null || true
   read -r _ requests micros p50 p99 max errors < <(grep '^WRK ' "$work/wrk-$w.txt")
-  python3 - "$w" "$requests" "$micros" "$p50" "$p99" "$max" "$errors" "$outcomes" <<'PY'
+  python3 - "$w" "$requests" "$micros" "$p50" "$p99" "$max" "$errors" "$cpu" "$outcomes" <<'PY'
 import sys
 w, requests, micros = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-p50, p99, mx, errors, outcomes = *map(float, sys.argv[4:7]), int(sys.argv[7]), sys.argv[8]
-print(f"workers {w}: {requests / (micros / 1e6):.0f} releases/s ({requests} in {micros / 1e6:.1f} s), "
-      f"latency p50 {p50:.2f} ms p99 {p99:.2f} ms max {mx:.2f} ms, errors {errors}; {outcomes.strip()}")
+p50, p99, mx, errors = *map(float, sys.argv[4:7]), int(sys.argv[7])
+cpu, outcomes = int(sys.argv[8]) / 100, sys.argv[9]
+seconds = micros / 1e6
+print(f"workers {w}: {requests / seconds:.0f} releases/s ({requests} in {seconds:.1f} s), "
+      f"latency p50 {p50:.2f} ms p99 {p99:.2f} ms max {mx:.2f} ms, errors {errors}; harness CPU "
+      f"{100 * cpu / seconds:.0f}% of one core, {1e6 * cpu / max(requests, 1):.0f} us per release; "
+      f"{outcomes.strip()}")
 PY
   redis-cli -p "$REDIS_PORT" flushall >/dev/null
 done

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, clippy, every test against a private
-# redis-server (installed from Debian's packages if missing), API fuzzing from the OpenAPI
+# redis-server (installed from Debian's packages if missing), the HTTP API tests a second
+# time against a private Redis Cluster (3 masters + 3 replicas), API fuzzing from the OpenAPI
 # document (schemathesis, scripts/api-fuzz.sh), the alert-rule tests (promtool), and a 30 s
 # soak scraped by a real Prometheus that checks every dashboard query.
 # Usage: scripts/test.sh   (from anywhere; a clean clone is enough)
@@ -14,6 +15,8 @@ trap 'cleanup "$work"' EXIT
 start_redis "$work"
 export HARNESS_TEST_REDIS_URL="$REDIS_URL"
 echo "==> redis-server on port $REDIS_PORT"
+start_redis_cluster "$work"
+echo "==> Redis Cluster on ports ${CLUSTER_PORTS[*]}"
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
@@ -23,6 +26,9 @@ cargo clippy --all-targets --locked -- -D warnings
 
 echo "==> cargo test"
 cargo test --locked --all-targets
+
+echo "==> the HTTP API tests again, on the Redis Cluster"
+HARNESS_TEST_REDIS_CLUSTER="$CLUSTER_NODES" cargo test --locked --test api
 
 echo "==> API fuzzing from the OpenAPI document (schemathesis)"
 scripts/api-fuzz.sh

@@ -101,18 +101,14 @@ impl RunBundle {
 /// (`release-harness seed`): for replaying recorded runs against a running service.
 pub async fn seed_redis(config: &Config, bundle: &RunBundle) -> Result<usize, String> {
     let keys = crate::store::Keys::new(&config.redis.key_prefix);
-    let mut conn = redis::Client::open(config.redis.url.as_str())
-        .map_err(|e| e.to_string())?
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| format!("cannot reach Redis at {}: {e}", config.redis.url))?;
+    let mut conn = crate::store::RedisConnection::open(&config.redis).map_err(|e| e.to_string())?;
     let records = bundle.agent_records().map_err(|e| e.to_string())?;
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    records.write_redis(&mut pipe, &keys, CallsLists::Replace);
-    pipe.query_async::<()>(&mut conn)
-        .await
-        .map_err(|e| e.to_string())?;
+    // One transaction per run: a run's keys share a Redis Cluster slot, different runs' may not.
+    for pipe in records.redis_transactions(&keys, CallsLists::Replace) {
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| format!("cannot write to Redis: {e}"))?;
+    }
     Ok(records.records.len())
 }
 

@@ -77,8 +77,19 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisConfig {
-    /// redis:// URL.
+    /// redis:// URL of a single node; empty when `cluster_nodes` selects Redis Cluster.
     pub url: String,
+    /// Seed nodes (`redis://host:port`) of a Redis Cluster; non-empty selects cluster mode
+    /// (then `url` must be empty). In the environment, a comma-separated list:
+    /// `HARNESS__REDIS__CLUSTER_NODES=redis://h1:7000,redis://h2:7000`.
+    #[serde(deserialize_with = "node_list")]
+    pub cluster_nodes: Vec<String>,
+    /// Replicas that must acknowledge a commit (`WAIT`) before its result is answered;
+    /// 0 = none (Redis replicates asynchronously, a master lost before replicating loses it).
+    pub min_replicas_ack: u32,
+    /// How long the commit waits for those replicas; past it the release answers 503
+    /// `store_outcome_unknown`. Less than `response_timeout_ms`.
+    pub min_replicas_ack_timeout_ms: u64,
     /// Prefix P of every key.
     pub key_prefix: String,
     /// Per-command response timeout.
@@ -90,6 +101,27 @@ pub struct RedisConfig {
     /// Lease of the in-flight lock: renewed by its holder every third of it while the
     /// release runs; a dead replica's runs are free again within one lease.
     pub lock_lease_ms: u64,
+}
+
+/// A list of nodes, written as a list (TOML) or as one comma-separated string (the
+/// environment, where figment reads a value as text).
+fn node_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Nodes {
+        List(Vec<String>),
+        Text(String),
+    }
+    let nodes = match Nodes::deserialize(deserializer)? {
+        Nodes::List(list) => list,
+        Nodes::Text(text) => text.split(',').map(str::to_string).collect(),
+    };
+    Ok(nodes
+        .iter()
+        .map(|node| node.trim())
+        .filter(|node| !node.is_empty())
+        .map(str::to_string)
+        .collect())
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -304,13 +336,54 @@ impl Config {
         if self.redis.key_prefix.is_empty() {
             return invalid("redis.key_prefix", "must not be empty");
         }
-        if !self.redis.url.starts_with("redis://")
-            && !self.redis.url.starts_with("rediss://")
-            && !self.redis.url.starts_with("unix://")
+        // Exactly one of the two selects the store: one node, or a Redis Cluster.
+        match (
+            self.redis.url.is_empty(),
+            self.redis.cluster_nodes.is_empty(),
+        ) {
+            (true, true) => {
+                return invalid(
+                    "redis.url",
+                    "set redis.url (one node) or redis.cluster_nodes (Redis Cluster)",
+                )
+            }
+            (false, false) => {
+                return invalid(
+                    "redis.cluster_nodes",
+                    "selects Redis Cluster: set redis.url to \"\" (HARNESS__REDIS__URL=) with it",
+                )
+            }
+            (false, true) => {
+                if !self.redis.url.starts_with("redis://")
+                    && !self.redis.url.starts_with("rediss://")
+                    && !self.redis.url.starts_with("unix://")
+                {
+                    return invalid(
+                        "redis.url",
+                        "must start with redis://, rediss:// or unix://",
+                    );
+                }
+            }
+            (true, false) => {
+                if let Some(node) =
+                    self.redis.cluster_nodes.iter().find(|node| {
+                        !node.starts_with("redis://") && !node.starts_with("rediss://")
+                    })
+                {
+                    return Err(ConfigError::Invalid {
+                        key: "redis.cluster_nodes",
+                        problem: format!("{node:?} must start with redis:// or rediss://"),
+                    });
+                }
+            }
+        }
+        if self.redis.min_replicas_ack > 0
+            && (self.redis.min_replicas_ack_timeout_ms == 0
+                || self.redis.min_replicas_ack_timeout_ms >= self.redis.response_timeout_ms)
         {
             return invalid(
-                "redis.url",
-                "must start with redis://, rediss:// or unix://",
+                "redis.min_replicas_ack_timeout_ms",
+                "must be positive and below redis.response_timeout_ms when redis.min_replicas_ack > 0",
             );
         }
         if self.model.base_url.ends_with('/') {
@@ -561,6 +634,85 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("model.api_key"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn cluster_nodes_select_redis_cluster_from_a_file_or_the_environment() {
+        let c = Config::defaults();
+        assert!(c.redis.cluster_nodes.is_empty(), "one node by default");
+        assert_eq!(c.redis.min_replicas_ack, 0);
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__REDIS__URL", "");
+            jail.set_env(
+                "HARNESS__REDIS__CLUSTER_NODES",
+                "redis://10.0.0.1:7000, redis://10.0.0.2:7000,redis://10.0.0.3:7000",
+            );
+            jail.set_env("HARNESS__REDIS__MIN_REPLICAS_ACK", "1");
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(
+                c.redis.cluster_nodes,
+                [
+                    "redis://10.0.0.1:7000",
+                    "redis://10.0.0.2:7000",
+                    "redis://10.0.0.3:7000"
+                ]
+            );
+            assert_eq!(c.redis.min_replicas_ack, 1);
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__REDIS__URL", "");
+            jail.set_env(
+                "HARNESS__REDIS__CLUSTER_NODES",
+                "[\"redis://10.0.0.1:7000\", \"redis://10.0.0.2:7000\"]",
+            );
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.redis.cluster_nodes.len(), 2, "the list form works too");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "cluster.toml",
+                "[redis]\nurl = \"\"\ncluster_nodes = [\"redis://h1:7000\", \"redis://h2:7000\"]\n",
+            )?;
+            jail.set_env("HARNESS_CONFIG", "cluster.toml");
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(
+                c.redis.cluster_nodes,
+                ["redis://h1:7000", "redis://h2:7000"]
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn exactly_one_of_url_and_cluster_nodes_selects_the_store() {
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__REDIS__CLUSTER_NODES", "redis://h1:7000");
+            let err = Config::load().unwrap_err().to_string();
+            assert!(err.contains("redis.cluster_nodes"), "both set: {err}");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__REDIS__URL", "");
+            let err = Config::load().unwrap_err().to_string();
+            assert!(err.contains("redis.url"), "neither set: {err}");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__REDIS__URL", "");
+            jail.set_env("HARNESS__REDIS__CLUSTER_NODES", "h1:7000");
+            let err = Config::load().unwrap_err().to_string();
+            assert!(err.contains("redis.cluster_nodes"), "{err}");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__REDIS__MIN_REPLICAS_ACK", "1");
+            jail.set_env("HARNESS__REDIS__MIN_REPLICAS_ACK_TIMEOUT_MS", "5000");
+            let err = Config::load().unwrap_err().to_string();
+            assert!(err.contains("redis.min_replicas_ack_timeout_ms"), "{err}");
             Ok(())
         });
     }

@@ -518,3 +518,43 @@ async fn a_calls_key_of_the_wrong_type_makes_every_call_unusable() {
     let evidence = store.load_evidence("r-4", &[], 10, LIMITS).await.unwrap();
     assert_eq!(evidence.calls, vec!["c-1"]);
 }
+
+#[actix_rt::test]
+async fn with_min_replicas_ack_a_flushed_script_is_loaded_again_and_too_few_acks_are_outcome_unknown(
+) {
+    // The suite's single node has no replica: WAIT 1 answers 0.
+    let prefix = unique_prefix("wait");
+    let mut c = config(&prefix);
+    c.redis.min_replicas_ack = 1;
+    c.redis.min_replicas_ack_timeout_ms = 100;
+    let store = Store::Redis(RedisStore::new(&c.redis).unwrap());
+    let lease = Duration::from_secs(5);
+    assert_eq!(
+        store.begin("r-wait", "me/1", lease).await.unwrap(),
+        Begin::Taken { cancelled: false }
+    );
+    // A node that forgot its scripts (a restarted or promoted master): EVALSHA fails with
+    // NOSCRIPT inside the commit+WAIT pipeline, the script is loaded and the pipeline sent again.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut raw().await)
+        .await
+        .unwrap();
+    let err = store
+        .commit("r-wait", "me/1", &commit("{\"outcome\":\"SUCCESS\"}"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.op, "commit");
+    assert!(err.outcome_unknown, "{err}");
+    assert!(err.message.contains("0 of 1 replicas"), "{err}");
+    assert_eq!(
+        store.get_result("r-wait").await.unwrap().as_deref(),
+        Some("{\"outcome\":\"SUCCESS\"}"),
+        "the result is on the master"
+    );
+    assert_eq!(
+        store.begin("r-wait", "me/2", lease).await.unwrap(),
+        Begin::Stored("{\"outcome\":\"SUCCESS\"}".into()),
+        "a retry answers it"
+    );
+}

@@ -40,12 +40,15 @@ use crate::model::prompts::UsableCallRef;
 use crate::store::{lock_holder, Begin, Commit, Committed, Loaded, StoreError};
 use crate::telemetry;
 
-/// The run's children, started with the supervisor and stopped with it.
+/// The run's children, each started when the release first needs it (a replayed or
+/// refused release starts none, a deterministic one only the EvidenceGuard) and all
+/// stopped with the supervisor.
+#[derive(Default)]
 struct Children {
-    evidence_guard: Addr<EvidenceGuardActor>,
+    evidence_guard: Option<Addr<EvidenceGuardActor>>,
     repair: Option<Addr<RepairActor>>,
     semantic: Option<Addr<SemanticGuardActor>>,
-    budget: Addr<BudgetActor>,
+    budget: Option<Addr<BudgetActor>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +98,7 @@ pub struct RunSupervisor {
     step: Option<SpawnHandle>,
     /// Who waits for the answer (the registry's caller). Dropping it answers nothing.
     reply: Option<oneshot::Sender<Result<Released, ReleaseError>>>,
-    children: Option<Children>,
+    children: Children,
     /// A model attempt sent and not yet recorded: on Cancel it is recorded as cancelled.
     attempt_in_flight: Option<(AttemptStarted, Instant)>,
     /// The operator's question, for the judge.
@@ -104,6 +107,8 @@ pub struct RunSupervisor {
     evidence: Option<Arc<RunEvidence>>,
     /// A repair ran: the marker the load read is no longer fresh, and no second repair.
     repaired: bool,
+    /// The registry was told the release is over.
+    forgotten: bool,
 }
 
 impl RunSupervisor {
@@ -136,80 +141,87 @@ impl RunSupervisor {
             cancel_requested: None,
             step: None,
             reply: None,
-            children: None,
+            children: Children::default(),
             attempt_in_flight: None,
             query: String::new(),
             evidence: None,
             repaired: false,
+            forgotten: false,
         }
     }
 
-    fn start_children(&mut self, ctx: &mut Context<Self>) {
-        let config = &self.harness.config;
-        let budget = BudgetActor::new(config.budget_limits()).start();
-        let attempt_context =
-            |role: ModelRole, client: &crate::model::ModelClient| super::attempt::AttemptContext {
-                role,
-                run_id: self.run_id.clone(),
-                client: client.clone(),
-                store: self.harness.store.clone(),
-                budget: budget.clone(),
-                started: ctx.address().recipient(),
-                recorded: ctx.address().recipient(),
-            };
-        let (repair, semantic) = match &self.harness.model {
-            Some(client) => (
-                Some(
-                    RepairActor::new(
-                        attempt_context(ModelRole::Repair, client),
-                        config.repair.clone(),
-                        config.model.name.clone(),
-                        config.model.structured_output,
-                    )
-                    .start(),
-                ),
-                Some(
-                    SemanticGuardActor::new(
-                        attempt_context(ModelRole::Semantic, client),
-                        config.semantic_guard.clone(),
-                        config.model.name.clone(),
-                        config.model.structured_output,
-                    )
-                    .start(),
-                ),
-            ),
-            None => (None, None),
-        };
-        self.children = Some(Children {
-            evidence_guard: EvidenceGuardActor.start(),
-            repair,
-            semantic,
+    fn evidence_guard(&mut self) -> Addr<EvidenceGuardActor> {
+        self.children
+            .evidence_guard
+            .get_or_insert_with(|| EvidenceGuardActor.start())
+            .clone()
+    }
+
+    /// What a model-calling child needs from its run (the run's one Budget actor, started
+    /// with the first of them).
+    fn attempt_context(
+        &mut self,
+        role: ModelRole,
+        client: crate::model::ModelClient,
+        ctx: &mut Context<Self>,
+    ) -> super::attempt::AttemptContext {
+        let limits = self.harness.config.budget_limits();
+        let budget = self
+            .children
+            .budget
+            .get_or_insert_with(|| BudgetActor::new(limits).start())
+            .clone();
+        super::attempt::AttemptContext {
+            role,
+            run_id: self.run_id.clone(),
+            client,
+            store: self.harness.store.clone(),
             budget,
-        });
+            started: ctx.address().recipient(),
+            recorded: ctx.address().recipient(),
+        }
+    }
+
+    /// The Repair actor (None when no model is configured).
+    fn repair_actor(&mut self, ctx: &mut Context<Self>) -> Option<Addr<RepairActor>> {
+        if self.children.repair.is_none() {
+            let client = self.harness.model.clone()?;
+            let context = self.attempt_context(ModelRole::Repair, client, ctx);
+            let config = &self.harness.config;
+            let actor = RepairActor::new(
+                context,
+                config.repair.clone(),
+                config.model.name.clone(),
+                config.model.structured_output,
+            );
+            self.children.repair = Some(actor.start());
+        }
+        self.children.repair.clone()
+    }
+
+    /// The SemanticGuard actor (None when no model is configured).
+    fn semantic_actor(&mut self, ctx: &mut Context<Self>) -> Option<Addr<SemanticGuardActor>> {
+        if self.children.semantic.is_none() {
+            let client = self.harness.model.clone()?;
+            let context = self.attempt_context(ModelRole::Semantic, client, ctx);
+            let config = &self.harness.config;
+            let actor = SemanticGuardActor::new(
+                context,
+                config.semantic_guard.clone(),
+                config.model.name.clone(),
+                config.model.structured_output,
+            );
+            self.children.semantic = Some(actor.start());
+        }
+        self.children.semantic.clone()
     }
 
     fn stop_children(&mut self, abort: bool) {
-        if let Some(children) = self.children.take() {
-            if abort {
-                children.evidence_guard.do_send(AbortChild);
-                children.budget.do_send(AbortChild);
-                if let Some(r) = children.repair {
-                    r.do_send(AbortChild);
-                }
-                if let Some(s) = children.semantic {
-                    s.do_send(AbortChild);
-                }
-            } else {
-                children.evidence_guard.do_send(StopChild);
-                children.budget.do_send(StopChild);
-                if let Some(r) = children.repair {
-                    r.do_send(StopChild);
-                }
-                if let Some(s) = children.semantic {
-                    s.do_send(StopChild);
-                }
-            }
-        }
+        let children = std::mem::take(&mut self.children);
+        tell(children.evidence_guard, abort);
+        tell(children.budget, abort);
+        tell(children.repair, abort);
+        tell(children.semantic, abort);
     }
 
     /// Spawns one step of the release; its output goes to `then`, unless a Cancel or a
@@ -302,7 +314,7 @@ impl RunSupervisor {
         if loaded.cancelled {
             return self.cancelled(CancelSource::Marker, ctx);
         }
-        let (Some(request), Some(children)) = (self.request.take(), self.children.as_ref()) else {
+        let Some(request) = self.request.take() else {
             return self.finish(
                 Err(ReleaseError::Internal("the release has no request".into())),
                 ctx,
@@ -311,7 +323,7 @@ impl RunSupervisor {
         let evidence = Arc::new(loaded.evidence);
         self.evidence = Some(evidence.clone());
         self.query = request.query;
-        let checked = children.evidence_guard.send(CheckDraft {
+        let checked = self.evidence_guard().send(CheckDraft {
             run_id: self.run_id.clone(),
             stop_reason: request.stop_reason,
             draft: request.draft,
@@ -348,19 +360,18 @@ impl RunSupervisor {
     /// One repair call, then EvidenceGuard on the candidate.
     fn repair(&mut self, draft: Draft, violations: Vec<Violation>, ctx: &mut Context<Self>) {
         self.repaired = true;
-        let (Some(children), Some(evidence)) = (self.children.as_ref(), self.evidence.take())
-        else {
+        let Some(evidence) = self.evidence.take() else {
             return self.finish(
                 Err(ReleaseError::Internal("the release has no evidence".into())),
                 ctx,
             );
         };
-        let Some(repair) = children.repair.clone() else {
+        let Some(repair) = self.repair_actor(ctx) else {
             self.audit.repair = Some(RepairAudit::not_run("no model is configured".into()));
             let result = ReleaseResult::evidence_validation_failed(&self.run_id);
             return self.commit(result, None, ctx);
         };
-        let evidence_guard = children.evidence_guard.clone();
+        let evidence_guard = self.evidence_guard();
         let usable = evidence
             .resolve(&[])
             .usable_in_call_order()
@@ -425,7 +436,11 @@ impl RunSupervisor {
 
     /// SemanticGuard reviews the Draft against its snapshot.
     fn judge(&mut self, judged: Arc<Judgeable>, ctx: &mut Context<Self>) {
-        let Some(semantic) = self.children.as_ref().and_then(|c| c.semantic.clone()) else {
+        // The evidence served EvidenceGuard and the snapshot; a parked release keeps only
+        // what it releases (and the EvidenceGuard actor has nothing left to decide).
+        self.evidence = None;
+        tell(self.children.evidence_guard.take(), false);
+        let Some(semantic) = self.semantic_actor(ctx) else {
             let result = after_judgement(
                 &self.run_id,
                 Judgement::Unavailable,
@@ -586,9 +601,24 @@ impl RunSupervisor {
         ));
     }
 
+    /// Tells the registry this release is over (once).
+    fn forget(&mut self) {
+        if !self.forgotten {
+            self.forgotten = true;
+            self.registry.do_send(RunEnded {
+                run_id: self.run_id.clone(),
+                supervisor: self.id,
+            });
+        }
+    }
+
     /// Answers the caller and stops the run, freeing a lock this release may still hold.
     fn finish(&mut self, answer: Result<Released, ReleaseError>, ctx: &mut Context<Self>) {
         self.phase = Phase::Committing;
+        // The registry forgets the run before the caller hears the answer: a retry that
+        // follows at once starts a new release (which finds what is stored) instead of
+        // meeting this one while it frees its lock.
+        self.forget();
         if let Some(reply) = self.reply.take() {
             let _ = reply.send(answer);
         }
@@ -611,6 +641,19 @@ impl RunSupervisor {
     }
 }
 
+/// Stops a child that was started: `AbortChild` drops its pending model call first.
+fn tell<A>(child: Option<Addr<A>>, abort: bool)
+where
+    A: Handler<AbortChild> + Handler<StopChild>,
+    A::Context: actix::dev::ToEnvelope<A, AbortChild> + actix::dev::ToEnvelope<A, StopChild>,
+{
+    match (child, abort) {
+        (Some(child), true) => child.do_send(AbortChild),
+        (Some(child), false) => child.do_send(StopChild),
+        (None, _) => {}
+    }
+}
+
 /// A stored result, answered again (no new release ran).
 fn replay(json: String) -> Result<Released, ReleaseError> {
     serde_json::from_str::<ReleaseResult>(&json)
@@ -629,17 +672,13 @@ fn mailbox(e: actix::MailboxError) -> ReleaseError {
 impl Actor for RunSupervisor {
     type Context = Context<Self>;
 
-    fn started(&mut self, ctx: &mut Self::Context) {
+    fn started(&mut self, _: &mut Self::Context) {
         super::actor_started();
-        self.start_children(ctx);
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
         self.stop_children(true);
-        self.registry.do_send(RunEnded {
-            run_id: std::mem::take(&mut self.run_id),
-            supervisor: self.id,
-        });
+        self.forget();
         super::actor_stopped();
     }
 }

@@ -56,9 +56,22 @@ pub fn escaped_len(c: char) -> usize {
 
 /// Bytes of `value` as compact JSON.
 pub fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
-    serde_json::to_vec(value)
-        .map(|v| v.len())
-        .unwrap_or(usize::MAX)
+    /// Counts what is written, keeping none of it.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
 }
 
 /// Masks and bounds strings copied from one run's records.

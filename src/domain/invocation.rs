@@ -107,9 +107,9 @@ impl<T> std::ops::Deref for Scoped<T> {
 impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Scoped<T> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
-        let typed = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
-        let raw = serde_json::from_str(raw.get()).map_err(D::Error::custom)?;
+        // Read once as written; the typed view is taken from that, not from the text again.
+        let raw = Value::deserialize(d)?;
+        let typed = T::deserialize(&raw).map_err(D::Error::custom)?;
         Ok(Scoped { typed, raw })
     }
 }

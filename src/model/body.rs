@@ -38,6 +38,27 @@ static INVISIBLE_LEAD: [bool; 256] = {
     table
 };
 
+/// Bytes that need a closer look: escaped ones, and (when stripping) the first bytes of the
+/// invisible controls.
+static SPECIAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = ESCAPE[b] != 0;
+        b += 1;
+    }
+    table
+};
+static SPECIAL_STRIP: [bool; 256] = {
+    let mut table = SPECIAL;
+    let mut b = 0;
+    while b < 256 {
+        table[b] = table[b] || INVISIBLE_LEAD[b];
+        b += 1;
+    }
+    table
+};
+
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The length of the invisible control character (U+00AD, U+061C, U+180E, U+200B–U+200F,
@@ -59,9 +80,18 @@ pub fn invisible_len(bytes: &[u8]) -> usize {
 /// Appends `bytes` (UTF-8 text) to `out` as the contents of a JSON string, dropping the
 /// invisible controls when `strip` is set.
 pub fn push_escaped(out: &mut Vec<u8>, bytes: &[u8], strip: bool) {
+    let special = if strip { &SPECIAL_STRIP } else { &SPECIAL };
+    out.reserve(bytes.len());
     let mut start = 0;
     let mut i = 0;
     while i < bytes.len() {
+        // Most bytes are written as they are: skip them with one lookup each.
+        while i < bytes.len() && !special[bytes[i] as usize] {
+            i += 1;
+        }
+        if i == bytes.len() {
+            break;
+        }
         let b = bytes[i];
         let escape = ESCAPE[b as usize];
         if escape != 0 {

@@ -89,7 +89,7 @@ pub(super) struct Shared {
     pub(super) prefix: String,
     /// Part of every run id, so that two soaks against one harness never share a run.
     session: String,
-    pub(super) redis: redis::aio::MultiplexedConnection,
+    pub(super) redis: crate::store::RedisConnection,
     started: Instant,
     sent: AtomicU64,
     answered: AtomicU64,
@@ -392,11 +392,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
             (vec![base], "soak-token".to_string(), prefix, Some(shutdown))
         }
     };
-    let redis = redis::Client::open(config.redis.url.as_str())
-        .map_err(|e| e.to_string())?
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| format!("cannot reach Redis at {}: {e}", config.redis.url))?;
+    let redis = crate::store::RedisConnection::open(&config.redis).map_err(|e| e.to_string())?;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .pool_max_idle_per_host(64)

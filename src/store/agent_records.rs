@@ -119,7 +119,36 @@ impl AgentRecords {
     /// Into a Redis pipeline (send it with `.query_async`): each record's HASH replaced,
     /// each run's calls list replaced or appended to.
     pub fn write_redis(&self, pipe: &mut redis::Pipeline, keys: &Keys, lists: CallsLists) {
-        for r in &self.records {
+        for run in self.runs() {
+            self.write_run(pipe, keys, lists, run);
+        }
+    }
+
+    /// The same writes as one transaction per run (a run's keys share a Redis Cluster
+    /// slot; different runs' may not).
+    pub fn redis_transactions(&self, keys: &Keys, lists: CallsLists) -> Vec<redis::Pipeline> {
+        self.runs()
+            .into_iter()
+            .map(|run| {
+                let mut pipe = redis::pipe();
+                pipe.atomic();
+                self.write_run(&mut pipe, keys, lists, run);
+                pipe
+            })
+            .collect()
+    }
+
+    /// Every run that has a record or a calls list.
+    fn runs(&self) -> std::collections::BTreeSet<&str> {
+        self.records
+            .iter()
+            .map(|r| r.run.as_str())
+            .chain(self.calls.keys().map(String::as_str))
+            .collect()
+    }
+
+    fn write_run(&self, pipe: &mut redis::Pipeline, keys: &Keys, lists: CallsLists, run: &str) {
+        for r in self.records.iter().filter(|r| r.run == run) {
             let key = keys.call(&r.run, &r.call);
             pipe.del(&key).ignore();
             let fields: Vec<(&String, &String)> = r.fields.iter().collect();
@@ -127,7 +156,7 @@ impl AgentRecords {
                 pipe.hset_multiple(&key, &fields).ignore();
             }
         }
-        for (run, calls) in &self.calls {
+        if let Some(calls) = self.calls.get(run) {
             if lists == CallsLists::Replace {
                 pipe.del(keys.calls(run)).ignore();
             }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 pub use self::memory::MemoryStore;
-pub use self::redis::{CancelSubscription, RedisStore};
+pub use self::redis::{CancelSubscription, RedisConnection, RedisStore};
 
 /// The holder part of a lock token (`replica/random`), for the 409 message.
 pub fn lock_holder(token: &str) -> Option<&str> {
@@ -37,34 +37,50 @@ use crate::telemetry;
 /// Redis Cluster slot.
 #[derive(Debug, Clone)]
 pub struct Keys {
-    prefix: String,
+    prefix: std::sync::Arc<str>,
 }
 
 impl Keys {
     pub fn new(prefix: &str) -> Self {
         Keys {
-            prefix: prefix.to_string(),
+            prefix: prefix.into(),
         }
     }
+
+    /// `P` + `middle` + `{run}` + `suffix` (keys are built per release step: no format!).
+    fn key(&self, middle: &str, run: &str, suffix: &[&str]) -> String {
+        let len = self.prefix.len() + middle.len() + run.len() + 2;
+        let mut key = String::with_capacity(len + suffix.iter().map(|s| s.len()).sum::<usize>());
+        key.push_str(&self.prefix);
+        key.push_str(middle);
+        key.push('{');
+        key.push_str(run);
+        key.push('}');
+        for part in suffix {
+            key.push_str(part);
+        }
+        key
+    }
+
     pub fn calls(&self, run: &str) -> String {
-        format!("{}:run:{{{run}}}:calls", self.prefix)
+        self.key(":run:", run, &[":calls"])
     }
     pub fn call(&self, run: &str, call: &str) -> String {
-        format!("{}:run:{{{run}}}:call:{call}", self.prefix)
+        self.key(":run:", run, &[":call:", call])
     }
     pub fn cancelled(&self, run: &str) -> String {
-        format!("{}:run:{{{run}}}:cancelled", self.prefix)
+        self.key(":run:", run, &[":cancelled"])
     }
     pub fn release(&self, run: &str) -> String {
-        format!("{}:release:{{{run}}}", self.prefix)
+        self.key(":release:", run, &[])
     }
     pub fn audit(&self, run: &str) -> String {
-        format!("{}:release:{{{run}}}:audit", self.prefix)
+        self.key(":release:", run, &[":audit"])
     }
     /// The in-flight lock (a lease holding its release's token, taken by the begin script);
     /// not part of the contract's table, same slot.
     pub fn lock(&self, run: &str) -> String {
-        format!("{}:release:{{{run}}}:lock", self.prefix)
+        self.key(":release:", run, &[":lock"])
     }
     pub fn cancel_channel(&self) -> String {
         format!("{}:cancel", self.prefix)

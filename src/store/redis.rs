@@ -1,14 +1,27 @@
 //! The Redis store (CONTRACT §1): reads the agent's records, keeps results, audit records,
 //! cancel markers and in-flight locks, and carries cancels between replicas on `P:cancel`.
 //!
-//! Commands go through one lazily connected [`ConnectionManager`] (it reconnects by itself,
-//! so the service starts and recovers while Redis is down); pub/sub has its own connection.
+//! Commands go through one lazily connected [`RedisConnection`]: a [`ConnectionManager`] on a
+//! single node (`redis.url`) or a Redis Cluster connection (`redis.cluster_nodes`) that routes
+//! each command to the master of its key's slot. Both reconnect by themselves, so the service
+//! starts and recovers while Redis is down. Every command and script below is written once,
+//! against that connection: each script and pipeline touches one run's keys only (one slot);
+//! the watch pipeline, which spans runs, is split per slot in cluster mode. Pub/sub has its
+//! own connection to one node (a seed node in cluster mode, the next one after a failure):
+//! a classic PUBLISH reaches every node of a cluster.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use futures::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, Client, RedisError, Script};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::Slot;
+use redis::{AsyncCommands, Client, Cmd, Pipeline, RedisError, Script, Value};
 
 use super::{
     Begin, CallsList, Commit, Committed, Keys, LoadedRecords, RecordLimits, StoreError, Watch,
@@ -231,12 +244,131 @@ end
 return 0
 "#;
 
+/// The command connection, one node or a Redis Cluster; cheap to clone (clones share it).
+#[derive(Clone)]
+pub enum RedisConnection {
+    /// `redis.url`: one node, one multiplexed connection that reconnects by itself.
+    Single(ConnectionManager),
+    /// `redis.cluster_nodes`: a connection per master, each command routed to the master of
+    /// its first key's slot (MOVED/ASK followed, the slot map refreshed after a failover).
+    Cluster(ClusterConnection),
+}
+
+impl RedisConnection {
+    /// The connection the configuration selects, built without connecting: the first
+    /// command connects.
+    pub fn open(config: &RedisConfig) -> Result<RedisConnection, StoreError> {
+        let response_timeout = Duration::from_millis(config.response_timeout_ms);
+        let connection_timeout = Duration::from_millis(config.connection_timeout_ms);
+        if config.cluster_nodes.is_empty() {
+            let client = Client::open(config.url.as_str()).map_err(failed("connect"))?;
+            let manager_config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(response_timeout))
+                .set_connection_timeout(Some(connection_timeout))
+                .set_number_of_retries(1)
+                .set_min_delay(Duration::from_millis(50))
+                .set_max_delay(Duration::from_millis(500));
+            let conn = ConnectionManager::new_lazy_with_config(client, manager_config)
+                .map_err(failed("connect"))?;
+            return Ok(RedisConnection::Single(conn));
+        }
+        // A command is retried (after a slot refresh) while a failover promotes a replica,
+        // but never for longer than one response timeout overall: past it the caller answers
+        // 503 as on a single node, and a retry of the release is safe.
+        let client = ClusterClientBuilder::new(config.cluster_nodes.iter().map(String::as_str))
+            .connection_timeout(connection_timeout)
+            .response_timeout(response_timeout)
+            .overall_response_timeout(Some(response_timeout))
+            .retries(6)
+            .min_retry_wait(50)
+            .max_retry_wait(500)
+            .build()
+            .map_err(failed("connect"))?;
+        let cluster_config = ClusterConfig::new()
+            .set_connection_timeout(connection_timeout)
+            .set_response_timeout(response_timeout);
+        Ok(RedisConnection::Cluster(
+            client.get_pending_async_connection_with_config(cluster_config),
+        ))
+    }
+
+    /// The groups in which commands on `keys` may share a pipeline: all together on one
+    /// node; per hash slot on a cluster (a pipeline is sent to one master, and a script or
+    /// transaction may only touch one slot). Indices into `keys`, in order.
+    fn pipeline_groups(&self, keys: &[String]) -> Vec<Vec<usize>> {
+        match self {
+            RedisConnection::Single(_) => vec![(0..keys.len()).collect()],
+            RedisConnection::Cluster(_) => {
+                let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
+                for (i, key) in keys.iter().enumerate() {
+                    by_slot
+                        .entry(Slot::for_key(key.as_bytes()))
+                        .or_default()
+                        .push(i);
+                }
+                by_slot.into_values().collect()
+            }
+        }
+    }
+}
+
+impl ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a Cmd,
+    ) -> BoxFuture<'a, redis::RedisResult<Value>> {
+        match self {
+            RedisConnection::Single(c) => c.req_packed_command(cmd),
+            RedisConnection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> BoxFuture<'a, redis::RedisResult<Vec<Value>>> {
+        match self {
+            RedisConnection::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConnection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConnection::Single(c) => c.get_db(),
+            RedisConnection::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct RedisStore {
-    client: Client,
-    conn: ConnectionManager,
+    /// Where pub/sub subscribes: the one node, or every seed node of the cluster, tried in
+    /// turn from `next_pubsub_node` (a subscription that fails moves it on).
+    pubsub_nodes: Arc<Vec<Client>>,
+    next_pubsub_node: Arc<AtomicUsize>,
+    conn: RedisConnection,
+    /// The commits' connection: `conn` itself, or with `redis.min_replicas_ack` > 0 one of
+    /// their own, because WAIT blocks the connection it is sent on (on the server, every later
+    /// command of that connection waits for it) and must not hold up begins, loads and the
+    /// lease renewals of the watch tick.
+    commit_conn: RedisConnection,
     keys: Keys,
     result_ttl_seconds: u64,
+    /// `redis.min_replicas_ack` and its WAIT timeout: 0 = the commit does not wait.
+    min_replicas_ack: u32,
+    min_replicas_ack_timeout_ms: u64,
+    /// Bounds a subscription attempt on one node, so a seed that does not answer at all
+    /// does not hold the listener back from the next one.
+    connection_timeout: Duration,
+    /// Shared by every clone (a clone per release step): the scripts' texts are large.
+    scripts: Arc<Scripts>,
+}
+
+/// The Lua scripts, loaded into Redis by their first use (EVALSHA, then EVAL if missing).
+struct Scripts {
     unlock: Script,
     begin: Script,
     commit: Script,
@@ -270,25 +402,38 @@ fn failed_write(op: &'static str) -> impl FnOnce(RedisError) -> StoreError {
 impl RedisStore {
     /// Builds the store without connecting: the first command connects.
     pub fn new(config: &RedisConfig) -> Result<RedisStore, StoreError> {
-        let client = Client::open(config.url.as_str()).map_err(failed("connect"))?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(Duration::from_millis(config.response_timeout_ms)))
-            .set_connection_timeout(Some(Duration::from_millis(config.connection_timeout_ms)))
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
-            .map_err(failed("connect"))?;
+        let conn = RedisConnection::open(config)?;
+        let pubsub_nodes = if config.cluster_nodes.is_empty() {
+            vec![Client::open(config.url.as_str()).map_err(failed("connect"))?]
+        } else {
+            config
+                .cluster_nodes
+                .iter()
+                .map(|node| Client::open(node.as_str()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(failed("connect"))?
+        };
+        let commit_conn = match config.min_replicas_ack {
+            0 => conn.clone(),
+            _ => RedisConnection::open(config)?,
+        };
         Ok(RedisStore {
-            client,
+            pubsub_nodes: Arc::new(pubsub_nodes),
+            next_pubsub_node: Arc::new(AtomicUsize::new(0)),
             conn,
+            commit_conn,
             keys: Keys::new(&config.key_prefix),
             result_ttl_seconds: config.result_ttl_seconds,
-            unlock: Script::new(UNLOCK_SCRIPT),
-            begin: Script::new(BEGIN_SCRIPT),
-            commit: Script::new(COMMIT_SCRIPT),
-            load: Script::new(LOAD_SCRIPT),
-            records: Script::new(RECORDS_SCRIPT),
+            min_replicas_ack: config.min_replicas_ack,
+            min_replicas_ack_timeout_ms: config.min_replicas_ack_timeout_ms,
+            connection_timeout: Duration::from_millis(config.connection_timeout_ms),
+            scripts: Arc::new(Scripts {
+                unlock: Script::new(UNLOCK_SCRIPT),
+                begin: Script::new(BEGIN_SCRIPT),
+                commit: Script::new(COMMIT_SCRIPT),
+                load: Script::new(LOAD_SCRIPT),
+                records: Script::new(RECORDS_SCRIPT),
+            }),
         })
     }
 
@@ -304,6 +449,7 @@ impl RedisStore {
     ) -> Result<Begin, StoreError> {
         let mut conn = self.conn.clone();
         let (what, text, number): (String, String, i64) = self
+            .scripts
             .begin
             .key(self.keys.release(run))
             .key(self.keys.lock(run))
@@ -338,7 +484,7 @@ impl RedisStore {
         max_calls: usize,
         limits: RecordLimits,
     ) -> Result<(bool, CallsList, LoadedRecords), StoreError> {
-        let mut invocation = self.load.prepare_invoke();
+        let mut invocation = self.scripts.load.prepare_invoke();
         invocation
             .key(self.keys.calls(run))
             .key(self.keys.cancelled(run));
@@ -377,7 +523,7 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(LoadedRecords::default());
         }
-        let mut invocation = self.records.prepare_invoke();
+        let mut invocation = self.scripts.records.prepare_invoke();
         for id in ids {
             invocation.key(self.keys.call(run, id));
         }
@@ -410,16 +556,22 @@ impl RedisStore {
             .map_err(failed("cancel_marker"))
     }
 
+    /// The marker, then the publish: two commands, since on a cluster the channel and the
+    /// run's marker live in different slots (a cancel is rare; two round trips). The marker
+    /// is the truth: if only the publish fails, every replica still finds the marker within
+    /// one `cancel.poll_interval_ms`, so the cancel is accepted.
     pub(super) async fn cancel(&self, run: &str) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
-        let _: () = redis::pipe()
+        let _: () = conn
             .set_ex(self.keys.cancelled(run), "1", self.result_ttl_seconds)
-            .ignore()
-            .publish(self.keys.cancel_channel(), run)
-            .ignore()
-            .query_async(&mut conn)
             .await
             .map_err(failed_write("cancel"))?;
+        let published: Result<i64, RedisError> =
+            conn.publish(self.keys.cancel_channel(), run).await;
+        if let Err(e) = published {
+            telemetry::store_error("cancel");
+            tracing::warn!(error = %e, "cancel marker set, publish failed: the poll will find it");
+        }
         Ok(())
     }
 
@@ -443,34 +595,100 @@ impl RedisStore {
         token: &str,
         commit: &Commit<'_>,
     ) -> Result<Committed, StoreError> {
-        let mut conn = self.conn.clone();
-        let (what, stored): (String, String) = self
-            .commit
-            .key(self.keys.lock(run))
-            .key(self.keys.release(run))
-            .key(self.keys.audit(run))
-            .key(self.keys.cancelled(run))
-            .arg(token)
-            .arg(self.result_ttl_seconds)
-            .arg(commit.result)
-            .arg(commit.audit_head)
-            .arg(commit.audit_tail)
-            .arg(commit.cancelled_result)
-            .arg(commit.cancelled_audit_tail)
-            .invoke_async(&mut conn)
+        let keys = [
+            self.keys.lock(run),
+            self.keys.release(run),
+            self.keys.audit(run),
+            self.keys.cancelled(run),
+        ];
+        let ttl = self.result_ttl_seconds.to_string();
+        let args = [
+            token,
+            ttl.as_str(),
+            commit.result,
+            commit.audit_head,
+            commit.audit_tail,
+            commit.cancelled_result,
+            commit.cancelled_audit_tail,
+        ];
+        let (answer, acked) = self
+            .invoke_acked(&self.scripts.commit, &keys, &args)
             .await
             .map_err(failed_write("commit"))?;
+        let (what, stored): (String, String) = redis::from_redis_value(answer)
+            .map_err(|e| StoreError::outcome_unknown("commit", e.to_string()))?;
         let stored = Some(stored).filter(|s| !s.is_empty());
-        match (what.as_str(), stored) {
-            ("decided", _) => Ok(Committed::Decided),
-            ("cancelled", _) => Ok(Committed::Cancelled),
-            ("stored", Some(stored)) => Ok(Committed::AlreadyStored(stored)),
-            ("lost", stored) => Ok(Committed::LockLost { stored }),
-            (other, _) => Err(StoreError::outcome_unknown(
-                "commit",
-                format!("unexpected answer {other:?} from the commit script"),
-            )),
+        let committed = match (what.as_str(), stored) {
+            ("decided", _) => Committed::Decided,
+            ("cancelled", _) => Committed::Cancelled,
+            ("stored", Some(stored)) => Committed::AlreadyStored(stored),
+            ("lost", stored) => return Ok(Committed::LockLost { stored }),
+            (other, _) => {
+                return Err(StoreError::outcome_unknown(
+                    "commit",
+                    format!("unexpected answer {other:?} from the commit script"),
+                ))
+            }
+        };
+        // A result is answered only once `redis.min_replicas_ack` replicas have it: the
+        // master alone may die before replicating it, and a retry would decide again.
+        match acked {
+            Some(acked) if acked < i64::from(self.min_replicas_ack) => {
+                telemetry::store_error("commit");
+                let message = format!(
+                    "the result is on the master, but {acked} of {} replicas acknowledged it within {} ms",
+                    self.min_replicas_ack, self.min_replicas_ack_timeout_ms
+                );
+                tracing::warn!(op = "commit", "{message}");
+                Err(StoreError::outcome_unknown("commit", message))
+            }
+            _ => Ok(committed),
         }
+    }
+
+    /// Runs a write script. With `redis.min_replicas_ack` = 0 that is all (one round trip).
+    /// Otherwise `WAIT n timeout` follows in the same pipeline: still one round trip, and on
+    /// the same connection to the same master (WAIT counts the replicas that have every write
+    /// of its own connection so far, so it must share the script's connection; on a cluster
+    /// the pipeline goes to the master of the script's first key, WAIT having no key). Answers
+    /// the script's reply and how many replicas acknowledged (None: not asked).
+    async fn invoke_acked(
+        &self,
+        script: &Script,
+        keys: &[String],
+        args: &[&str],
+    ) -> Result<(Value, Option<i64>), RedisError> {
+        let mut conn = self.commit_conn.clone();
+        if self.min_replicas_ack == 0 {
+            let mut invocation = script.prepare_invoke();
+            for key in keys {
+                invocation.key(key);
+            }
+            for arg in args {
+                invocation.arg(*arg);
+            }
+            return Ok((invocation.invoke_async(&mut conn).await?, None));
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
+            .cmd("WAIT")
+            .arg(self.min_replicas_ack)
+            .arg(self.min_replicas_ack_timeout_ms);
+        let answered: Result<(Value, i64), RedisError> = pipe.query_async(&mut conn).await;
+        let (answer, acked) = match answered {
+            // A node that does not know the script yet (a fresh or promoted master) ran
+            // nothing: load it (on every node) and send the pipeline again.
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                script.load_async(&mut conn).await?;
+                pipe.query_async(&mut conn).await?
+            }
+            other => other?,
+        };
+        Ok((answer, Some(acked)))
     }
 
     /// One pipeline for all the runs in flight here: each run's cancel marker, and the
@@ -483,35 +701,56 @@ impl RedisStore {
         if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for run in runs {
-            pipe.exists(self.keys.cancelled(&run.run_id));
-            if let Some(token) = &run.renew {
-                pipe.cmd("EVAL")
-                    .arg(RENEW_SCRIPT)
-                    .arg(1)
-                    .arg(self.keys.lock(&run.run_id))
-                    .arg(token)
-                    .arg(lease.as_millis() as u64);
+        // One pipeline on a single node. On a cluster one per hash slot (a run's marker and
+        // lock share its slot), all sent at once: each goes to its slot's master, so the
+        // tick still takes one round trip, per master in parallel.
+        let markers: Vec<String> = runs
+            .iter()
+            .map(|run| self.keys.cancelled(&run.run_id))
+            .collect();
+        let groups = self.conn.pipeline_groups(&markers);
+        let sent = groups.iter().map(|group| {
+            let mut pipe = redis::pipe();
+            for &i in group {
+                let run = &runs[i];
+                pipe.exists(&markers[i]);
+                if let Some(token) = &run.renew {
+                    pipe.cmd("EVAL")
+                        .arg(RENEW_SCRIPT)
+                        .arg(1)
+                        .arg(self.keys.lock(&run.run_id))
+                        .arg(token)
+                        .arg(lease.as_millis() as u64);
+                }
+            }
+            let mut conn = self.conn.clone();
+            async move { pipe.query_async::<Vec<i64>>(&mut conn).await }
+        });
+        let replies = futures::future::try_join_all(sent)
+            .await
+            .map_err(failed("watch"))?;
+        let mut watched = vec![
+            Watch {
+                cancelled: false,
+                renewed: None,
+            };
+            runs.len()
+        ];
+        for (group, answers) in groups.iter().zip(replies) {
+            let mut answers = answers.into_iter();
+            for &i in group {
+                let cancelled = answers.next() == Some(1);
+                let renewed = runs[i].renew.as_ref().map(|_| answers.next() == Some(1));
+                watched[i] = Watch { cancelled, renewed };
             }
         }
-        let mut conn = self.conn.clone();
-        let answers: Vec<i64> = pipe.query_async(&mut conn).await.map_err(failed("watch"))?;
-        let mut answers = answers.into_iter();
-        let watched = runs
-            .iter()
-            .map(|run| {
-                let cancelled = answers.next() == Some(1);
-                let renewed = run.renew.as_ref().map(|_| answers.next() == Some(1));
-                Watch { cancelled, renewed }
-            })
-            .collect();
         Ok(watched)
     }
 
     pub(super) async fn unlock(&self, run: &str, token: &str) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         let _: i64 = self
+            .scripts
             .unlock
             .key(self.keys.lock(run))
             .arg(token)
@@ -530,18 +769,35 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Opens a dedicated pub/sub connection subscribed to `P:cancel`.
+    /// Opens a dedicated pub/sub connection subscribed to `P:cancel`. On a cluster it goes
+    /// to one seed node, master or replica (a classic PUBLISH reaches every node over the
+    /// cluster bus); each call starts at the seed after the last one used, and tries every
+    /// seed, so a subscription lost with its node moves to another one.
     pub async fn subscribe_cancels(&self) -> Result<CancelSubscription, StoreError> {
-        let mut pubsub = self
-            .client
-            .get_async_pubsub()
-            .await
-            .map_err(failed("subscribe"))?;
-        pubsub
-            .subscribe(self.keys.cancel_channel())
-            .await
-            .map_err(failed("subscribe"))?;
-        Ok(CancelSubscription { pubsub })
+        let nodes = self.pubsub_nodes.len().max(1);
+        let start = self.next_pubsub_node.fetch_add(1, Ordering::Relaxed);
+        let mut failure = StoreError::unavailable("subscribe", "no node to subscribe on".into());
+        for i in 0..nodes {
+            let Some(client) = self.pubsub_nodes.get((start + i) % nodes) else {
+                continue;
+            };
+            let subscribed = async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(self.keys.cancel_channel()).await?;
+                Ok::<_, RedisError>(pubsub)
+            };
+            match tokio::time::timeout(self.connection_timeout, subscribed).await {
+                Ok(Ok(pubsub)) => return Ok(CancelSubscription { pubsub }),
+                Ok(Err(e)) => failure = failed("subscribe")(e),
+                Err(_) => {
+                    failure = failed("subscribe")(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "subscribing timed out",
+                    )))
+                }
+            }
+        }
+        Err(failure)
     }
 }
 

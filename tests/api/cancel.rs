@@ -125,11 +125,7 @@ async fn a_marker_set_by_the_agent_is_honoured_without_pubsub() {
     .await;
     let run = unique_run("agent-marker");
     app.seed(&standard_invocations(&run)).await;
-    let mut conn = redis::Client::open(app.redis_url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = app.redis().await;
     let _: () = conn
         .set(format!("{}:run:{{{run}}}:cancelled", app.prefix), "1")
         .await

@@ -57,7 +57,7 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
     config.server.api_token = TOKEN.into();
     config.server.workers = 2;
     config.server.shutdown_drain_ms = 5_000;
-    config.redis.url = redis_url.clone();
+    use_store(&mut config, &redis_url);
     config.redis.key_prefix = prefix.clone();
     config.redis.response_timeout_ms = 1_000;
     config.redis.connection_timeout_ms = 500;
@@ -101,11 +101,7 @@ impl Seeder {
 /// Writes invocation records (bundle form) as the agent's tool layer would: a HASH per
 /// call under its own run (or `stored_under`), and each run's calls LIST.
 pub async fn seed_records(redis_url: &str, prefix: &str, invocations: &[Value]) {
-    let mut conn = redis::Client::open(redis_url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis reachable");
+    let mut conn = store_connection(redis_url);
     let mut pipe = redis::pipe();
     AgentRecords::from_json(invocations, "")
         .expect("invocations in bundle form")
@@ -169,12 +165,9 @@ impl TestApp {
             .as_u16()
     }
 
-    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.redis_url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis reachable")
+    /// A connection to the app's store (routed by key on a cluster).
+    pub async fn redis(&self) -> release_harness::store::RedisConnection {
+        store_connection(&self.redis_url)
     }
 
     pub async fn seed(&self, invocations: &[Value]) {
@@ -349,7 +342,7 @@ impl Replica {
             .env("HARNESS__SERVER__LISTEN", format!("127.0.0.1:{port}"))
             .env("HARNESS__SERVER__API_TOKEN", TOKEN)
             .env("HARNESS__SERVER__WORKERS", "1")
-            .env("HARNESS__REDIS__URL", redis)
+            .envs(store_env(redis))
             .env("HARNESS__REDIS__KEY_PREFIX", prefix)
             .env("HARNESS__MODEL__BASE_URL", model)
             // These tests count model requests: no start-up probe.

@@ -8,6 +8,7 @@
 mod common;
 
 mod cancel;
+mod cluster;
 mod conformance;
 mod faults;
 mod helpers;

@@ -107,11 +107,57 @@ pub fn audit_rules(audit: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The private Redis of `scripts/test.sh`. Tests that need Redis fail loudly without it.
+/// The private store of `scripts/test.sh`: the seed nodes of its Redis Cluster,
+/// comma-separated, when `HARNESS_TEST_REDIS_CLUSTER` is set (the API suite's cluster run),
+/// else its single redis-server (`HARNESS_TEST_REDIS_URL`). Tests that need Redis fail
+/// loudly without it. Pass it to [`use_store`], [`store_env`] or [`store_connection`].
 pub fn redis_url() -> String {
+    if let Ok(nodes) = std::env::var("HARNESS_TEST_REDIS_CLUSTER") {
+        if !nodes.is_empty() {
+            return nodes;
+        }
+    }
     std::env::var("HARNESS_TEST_REDIS_URL").expect(
         "HARNESS_TEST_REDIS_URL is not set: run the suite with scripts/test.sh (it starts a private redis-server)",
     )
+}
+
+/// Whether a store (as [`redis_url`] gives it) is a Redis Cluster: a list of seed nodes.
+pub fn is_cluster(store: &str) -> bool {
+    store.contains(',')
+}
+
+/// Points a configuration at a store: one node (`redis.url`) or a cluster's seeds.
+pub fn use_store(config: &mut Config, store: &str) {
+    if is_cluster(store) {
+        config.redis.url = String::new();
+        config.redis.cluster_nodes = store.split(',').map(str::to_string).collect();
+    } else {
+        config.redis.url = store.to_string();
+        config.redis.cluster_nodes.clear();
+    }
+}
+
+/// The environment that points the binary at a store.
+pub fn store_env(store: &str) -> [(&'static str, String); 2] {
+    if is_cluster(store) {
+        [
+            ("HARNESS__REDIS__URL", String::new()),
+            ("HARNESS__REDIS__CLUSTER_NODES", store.to_string()),
+        ]
+    } else {
+        [
+            ("HARNESS__REDIS__URL", store.to_string()),
+            ("HARNESS__REDIS__CLUSTER_NODES", String::new()),
+        ]
+    }
+}
+
+/// A connection to a store, routed by key on a cluster (connects on first use).
+pub fn store_connection(store: &str) -> release_harness::store::RedisConnection {
+    let mut config = Config::defaults();
+    use_store(&mut config, store);
+    release_harness::store::RedisConnection::open(&config.redis).expect("a valid store address")
 }
 
 /// A key prefix no other test uses.
