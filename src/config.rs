@@ -135,9 +135,35 @@ pub struct CancelConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StructuredOutput {
+    /// `{"type": "json_schema", "json_schema": {"name", "strict": true, "schema"}}`
+    /// (OpenAI, vLLM, Ollama, llama.cpp's `llama-server`).
     JsonSchema,
+    /// `{"type": "json_object", "schema": {...}}`: llama-cpp-python's server, which
+    /// enforces a schema only in this form and refuses `json_schema`.
+    JsonObjectSchema,
+    /// `{"type": "json_object"}`: any JSON, the schema only in the prompt.
     JsonObject,
+    /// No `response_format`.
     None,
+}
+
+impl StructuredOutput {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StructuredOutput::JsonSchema => "json_schema",
+            StructuredOutput::JsonObjectSchema => "json_object_schema",
+            StructuredOutput::JsonObject => "json_object",
+            StructuredOutput::None => "none",
+        }
+    }
+
+    /// Whether the server is asked to enforce the answer's schema.
+    pub fn enforces_schema(self) -> bool {
+        matches!(
+            self,
+            StructuredOutput::JsonSchema | StructuredOutput::JsonObjectSchema
+        )
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -153,6 +179,9 @@ pub struct ModelConfig {
     pub structured_output: StructuredOutput,
     /// TCP connect timeout.
     pub connect_timeout_ms: u64,
+    /// Whether `serve` probes the model at start-up (three small requests, logged; never
+    /// delays readiness).
+    pub probe_on_start: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -179,9 +208,9 @@ pub struct RepairConfig {
     pub timeout_ms: u64,
     /// Largest request body sent.
     pub max_input_bytes: u64,
-    /// Largest accepted repaired Draft.
+    /// Cap on the accepted repaired Draft's bytes (the limit derives from the Draft's size).
     pub max_output_bytes: u64,
-    /// `max_tokens` of the request.
+    /// Cap on `max_tokens` of the request (which derives from the Draft's size).
     pub max_output_tokens: u32,
 }
 

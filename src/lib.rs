@@ -5,6 +5,7 @@
 //! - [`store`]: Redis and in-memory stores (key schema, records, results, locks, cancels).
 //! - [`config`]: typed, layered, validated configuration.
 //! - [`telemetry`]: metric names, the Prometheus recorder, tracing.
+//! - [`eval`]: `release-harness eval`: the judge measured on a labelled corpus.
 //! - [`fuzzing`]: the parsers of untrusted input on raw bytes, for `cargo fuzz` and the
 //!   corpus replay test.
 
@@ -14,6 +15,7 @@ pub mod actors;
 pub mod check;
 pub mod config;
 pub mod domain;
+pub mod eval;
 pub mod fuzzing;
 pub mod http;
 pub mod model;

@@ -57,6 +57,42 @@ enum Command {
         /// The run bundle (JSON).
         bundle: std::path::PathBuf,
     },
+    /// Measure the configured judge on a labelled corpus (run bundles with a label):
+    /// confusion matrix, false-release, false-block, technical-failure and injection
+    /// success rates, latency and tokens. Exits 1 above --max-false-release (or
+    /// --max-protocol-failures, or when a case never reached the judge), 2 for a bad
+    /// corpus or configuration.
+    Eval(EvalArgs),
+    /// Check the configured model server: one canary, one tiny judge and one tiny repair
+    /// request with the configured settings. Says in plain words whether structured output
+    /// is honoured, whether the system prompt reaches the model, whether the prompt token
+    /// count is plausible, the latency, and what to change. Exits 1 on a protocol problem.
+    ProbeModel {
+        /// Also write the report as JSON to this file.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+}
+
+#[derive(clap::Args)]
+struct EvalArgs {
+    /// A directory of labelled cases (*.json), e.g. eval/corpus.
+    corpus: std::path::PathBuf,
+    /// Where report.json and report.md go (default eval-reports/<UTC time>).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    /// Exit 1 when the false-release rate is above this (0.0 to 1.0).
+    #[arg(long)]
+    max_false_release: Option<f64>,
+    /// Exit 1 when more model attempts than this failed for a protocol reason.
+    #[arg(long)]
+    max_protocol_failures: Option<usize>,
+    /// Run only the first N cases (in file-name order).
+    #[arg(long)]
+    limit: Option<usize>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 fn main() -> ExitCode {
@@ -67,6 +103,8 @@ fn main() -> ExitCode {
         Command::Soak(args) => soak(args),
         Command::Seed { bundle, print_body } => seed(&bundle, print_body),
         Command::FakeModel { listen, verdict } => fake_model(&listen, &verdict),
+        Command::Eval(args) => eval(args),
+        Command::ProbeModel { json } => probe_model(json.as_deref()),
     }
 }
 
@@ -79,6 +117,7 @@ fn serve() -> ExitCode {
         }
     };
     telemetry::init_tracing(config.server.log_format);
+    let probe_config = config.clone();
     let system = actix::System::new();
     system.block_on(async move {
         let app = match Application::build(config).await {
@@ -95,7 +134,12 @@ fn serve() -> ExitCode {
             }
         };
         tracing::info!(port = app.port(), "release-harness listening");
-        match app.run_until_stopped().await {
+        // The model set-up check runs beside the service and never delays readiness; its
+        // handle is owned here and aborted when the service stops.
+        let probe = actix_rt::spawn(log_probe(probe_config));
+        let stopped = app.run_until_stopped().await;
+        probe.abort();
+        match stopped {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS
@@ -233,4 +277,131 @@ fn check(path: &std::path::Path) -> ExitCode {
         .unwrap_or(output.json.clone());
     println!("{pretty}");
     ExitCode::from(output.exit_code() as u8)
+}
+
+fn eval(args: EvalArgs) -> ExitCode {
+    use release_harness::eval::{load_corpus, run_eval, write_report, Progress};
+    let bad = |message: String| {
+        eprintln!("release-harness eval: {message}");
+        ExitCode::from(2)
+    };
+    if let Some(r) = args.max_false_release {
+        if !(0.0..=1.0).contains(&r) {
+            return bad(format!("--max-false-release must be within 0..=1, not {r}"));
+        }
+    }
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => return bad(e.to_string()),
+    };
+    let mut cases = match load_corpus(&args.corpus) {
+        Ok(c) => c,
+        Err(e) => return bad(e.to_string()),
+    };
+    if let Some(limit) = args.limit {
+        cases.truncate(limit);
+    }
+    let progress = if args.quiet {
+        Progress::Hidden
+    } else {
+        Progress::Bar
+    };
+    let system = actix::System::new();
+    let report = match system.block_on(run_eval(&config, &args.corpus, &cases, progress)) {
+        Ok(r) => r,
+        Err(e) => return bad(e.to_string()),
+    };
+    let out = args.out.unwrap_or_else(|| {
+        std::path::PathBuf::from("eval-reports")
+            .join(chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string())
+    });
+    if let Err(e) = write_report(&report, &out) {
+        return bad(e.to_string());
+    }
+    println!("{}", report.table());
+    eprintln!(
+        "report: {}/report.json, {}/report.md",
+        out.display(),
+        out.display()
+    );
+    let mut failed = Vec::new();
+    if let (Some(max), Some(rate)) = (args.max_false_release, report.false_release_rate) {
+        if rate > max {
+            failed.push(format!(
+                "false-release rate {:.3} is above --max-false-release {max}",
+                rate
+            ));
+        }
+    }
+    if let Some(max) = args.max_protocol_failures {
+        if report.protocol_failures > max {
+            failed.push(format!(
+                "{} protocol failure(s), more than --max-protocol-failures {max}",
+                report.protocol_failures
+            ));
+        }
+    }
+    if report.not_judged > 0 {
+        failed.push(format!(
+            "{} case(s) never reached the judge (see report.md)",
+            report.not_judged
+        ));
+    }
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        for f in failed {
+            eprintln!("release-harness eval: {f}");
+        }
+        ExitCode::FAILURE
+    }
+}
+
+/// `serve`'s start-up check of the model: the probe's findings as log lines.
+async fn log_probe(config: Config) {
+    if !config.model.probe_on_start {
+        return;
+    }
+    if !config.model_configured() {
+        tracing::warn!(
+            "no model is configured (model.base_url is empty): every judged release fails closed"
+        );
+        return;
+    }
+    let report = release_harness::model::probe::probe(&config).await;
+    for finding in &report.findings {
+        match finding.level {
+            "ok" => tracing::info!(target: "model_probe", "{}", finding.text),
+            "warn" => tracing::warn!(target: "model_probe", "{}", finding.text),
+            _ => tracing::error!(target: "model_probe", "{}", finding.text),
+        }
+    }
+}
+
+fn probe_model(json: Option<&std::path::Path>) -> ExitCode {
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("release-harness probe-model: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let system = actix::System::new();
+    let report = system.block_on(release_harness::model::probe::probe(&config));
+    print!("{}", report.render());
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!(
+                "release-harness probe-model: cannot write {}: {e}",
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    if report.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -26,7 +26,8 @@ async fn many_runs_leave_no_run_and_no_actor_behind() {
     on_repair(&server, content(&good_draft().to_string())).await;
     on_semantic(
         &server,
-        verdict("SUPPORTED", "ok").set_delay(Duration::from_millis(20)),
+        verdict("SUPPORTED", "Every claim matches the evidence.")
+            .set_delay(Duration::from_millis(20)),
     )
     .await;
 

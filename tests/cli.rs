@@ -56,7 +56,11 @@ fn check_without_a_model_fails_closed_with_exit_1_and_explains_why() {
 #[actix_rt::test]
 async fn check_with_a_supporting_model_exits_0() {
     let server = MockServer::start().await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let uri = server.uri();
     let out = tokio::task::spawn_blocking(move || {
         harness(
@@ -81,7 +85,11 @@ async fn check_with_a_supporting_model_exits_0() {
 async fn check_of_a_draft_naming_a_call_id_fails_closed_without_any_model_call() {
     let server = MockServer::start().await;
     on_repair(&server, content("{}")).await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let uri = server.uri();
     let out = tokio::task::spawn_blocking(move || {
         harness(

@@ -15,7 +15,11 @@ use wiremock::MockServer;
 async fn willing_model() -> MockServer {
     let server = MockServer::start().await;
     on_repair(&server, content(&good_draft().to_string())).await;
-    on_semantic(&server, verdict("SUPPORTED", "fits")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "The claims fit the cited evidence."),
+    )
+    .await;
     server
 }
 
@@ -115,7 +119,11 @@ async fn a_draft_naming_a_redis_key_fails_evidence_validation_with_no_model_call
 #[actix_rt::test]
 async fn call_ids_and_redis_keys_in_a_scope_are_masked_in_sources_and_in_the_judges_request() {
     let server = MockServer::start().await;
-    on_semantic(&server, verdict("SUPPORTED", "fits")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "The claims fit the cited evidence."),
+    )
+    .await;
     let run = unique_run("masked-scope");
     let mut invocations = standard_invocations(&run);
     let key = format!("aiops:run:{{{run}}}:call:call-rag-01");
@@ -149,7 +157,11 @@ async fn call_ids_and_redis_keys_in_a_scope_are_masked_in_sources_and_in_the_jud
 #[actix_rt::test]
 async fn a_one_megabyte_scope_query_is_cut_and_the_result_stays_small() {
     let server = MockServer::start().await;
-    on_semantic(&server, verdict("SUPPORTED", "fits")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "The claims fit the cited evidence."),
+    )
+    .await;
     let huge = |run: &str| {
         let mut invocations = standard_invocations(run);
         edit_projection(&mut invocations[0], |p| {

@@ -205,7 +205,7 @@ async fn a_model_answer_after_cancel_is_never_released() {
     let server = MockServer::start().await;
     on_semantic(
         &server,
-        verdict("SUPPORTED", "late").set_delay(Duration::from_millis(400)),
+        verdict("SUPPORTED", "This late answer is dropped.").set_delay(Duration::from_millis(400)),
     )
     .await;
     let run = unique_run("late-answer");
@@ -260,7 +260,11 @@ async fn the_cancel_marker_is_checked_before_each_model_call() {
 #[actix_rt::test]
 async fn a_run_cancelled_before_release_makes_no_model_call() {
     let server = MockServer::start().await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let run = unique_run("marker-first");
     let (registry, store, request) = start_registry(
         config(Some(&server.uri())),
@@ -276,7 +280,11 @@ async fn a_run_cancelled_before_release_makes_no_model_call() {
 async fn the_run_call_budget_denies_the_judge_after_a_repair() {
     let server = MockServer::start().await;
     on_repair(&server, content(&good_draft().to_string())).await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let mut cfg = config(Some(&server.uri()));
     cfg.budget.max_model_calls = 1;
     let run = unique_run("budget-calls");
@@ -329,7 +337,11 @@ async fn limits_and_budgets_deny_without_sending() {
     for (what, needs_repair, tweak, expected) in cases {
         let server = MockServer::start().await;
         on_repair(&server, content(&good_draft().to_string())).await;
-        on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+        on_semantic(
+            &server,
+            verdict("SUPPORTED", "Every claim matches the evidence."),
+        )
+        .await;
         let mut cfg = config(Some(&server.uri()));
         tweak(&mut cfg);
         let run = unique_run("limits");
@@ -452,6 +464,7 @@ async fn a_refused_connection_is_a_transport_failure() {
 async fn requests_carry_the_configured_model_key_and_format() {
     for (mode, format) in [
         (StructuredOutput::JsonSchema, json!("json_schema")),
+        (StructuredOutput::JsonObjectSchema, json!("json_object")),
         (StructuredOutput::JsonObject, json!("json_object")),
         (StructuredOutput::None, Value::Null),
     ] {
@@ -459,7 +472,7 @@ async fn requests_carry_the_configured_model_key_and_format() {
         Mock::given(method("POST"))
             .and(path("/v1/chat/completions"))
             .and(header("authorization", "Bearer sk-test-key"))
-            .respond_with(verdict("SUPPORTED", "ok"))
+            .respond_with(verdict("SUPPORTED", "Every claim matches the evidence."))
             .mount(&server)
             .await;
         let mut cfg = config(Some(&format!("{}/v1", server.uri())));
@@ -480,7 +493,11 @@ async fn requests_carry_the_configured_model_key_and_format() {
 #[actix_rt::test]
 async fn tokens_and_bytes_are_accounted_in_the_audit() {
     let server = MockServer::start().await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let run = unique_run("accounting");
     let out = release(
         config(Some(&server.uri())),
@@ -494,4 +511,88 @@ async fn tokens_and_bytes_are_accounted_in_the_audit() {
     assert_eq!(attempt["request_bytes"], sent);
     assert_eq!(out.audit["budget"]["tokens"], 1225);
     assert_eq!(out.audit["budget"]["model_calls"], 1);
+}
+
+#[actix_rt::test]
+async fn a_request_the_server_rejects_as_invalid_is_not_retried_and_its_message_is_audited() {
+    // llama-cpp-python's answer to a response_format it does not know: HTTP 500 with a
+    // pydantic message.
+    let body = json!({"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
+        "msg": "Input should be 'text' or 'json_object'", "input": "json_schema"}]});
+    for response in [
+        ResponseTemplate::new(500).set_body_json(body.clone()),
+        ResponseTemplate::new(400).set_body_json(json!({"error": {"code": 400, "message": "'response_format' of type 'json_schema' is not supported", "type": "invalid_request_error"}})),
+        ResponseTemplate::new(422).set_body_string("Unprocessable Entity"),
+        ResponseTemplate::new(400).set_body_json(json!({"object": "error", "message": "bad schema", "type": "BadRequestError", "code": 400})),
+    ] {
+        let server = MockServer::start().await;
+        on_semantic(&server, response).await;
+        let run = unique_run("rejected");
+        let out = release(
+            config(Some(&server.uri())),
+            &bundle(&run, good_draft(), standard_invocations(&run)),
+        )
+        .await;
+        assert_eq!(requests(&server).await.len(), 1, "a rejected request is sent once");
+        assert_eq!(outcomes(&out.audit), vec!["semantic:rejected"]);
+        let detail = out.audit["model_attempts"][0]["detail"].as_str().unwrap();
+        assert!(detail.starts_with("HTTP 4") || detail.starts_with("HTTP 5"), "{detail}");
+        assert!(detail.len() > "HTTP 400: ".len(), "the server's words are kept: {detail}");
+        assert_eq!(
+            out.result.fallback_type.map(|f| f.as_str()),
+            Some("SEMANTIC_UNAVAILABLE")
+        );
+        assert!(!out.json.contains("Input should be"), "nothing of it in the result");
+    }
+}
+
+#[actix_rt::test]
+async fn a_server_fault_is_still_retried() {
+    let server = MockServer::start().await;
+    on_semantic(
+        &server,
+        ResponseTemplate::new(500).set_body_string("CUDA out of memory"),
+    )
+    .await;
+    let run = unique_run("fault-retried");
+    let out = release(
+        config(Some(&server.uri())),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    )
+    .await;
+    assert_eq!(requests(&server).await.len(), 2);
+    assert_eq!(
+        outcomes(&out.audit),
+        vec!["semantic:transport", "semantic:transport"]
+    );
+    assert_eq!(
+        out.audit["model_attempts"][0]["detail"],
+        "HTTP 500: CUDA out of memory"
+    );
+}
+
+#[actix_rt::test]
+async fn the_repair_request_is_bounded_by_the_drafts_size() {
+    let server = MockServer::start().await;
+    on_repair(&server, ResponseTemplate::new(500)).await;
+    let run = unique_run("repair-bounds");
+    let draft = typo_draft();
+    let draft_bytes = serde_json::to_vec(
+        &release_harness::domain::draft::Draft::parse_text(&draft.to_string()).unwrap(),
+    )
+    .unwrap()
+    .len() as u64;
+    release(
+        config(Some(&server.uri())),
+        &bundle(&run, draft, standard_invocations(&run)),
+    )
+    .await;
+    let sent = requests(&server).await;
+    let body: Value = serde_json::from_slice(&sent[0].body).unwrap();
+    let max_tokens = body["max_tokens"].as_u64().unwrap();
+    assert_eq!(max_tokens, draft_bytes / 2 + 128);
+    assert!(
+        max_tokens < 4_096,
+        "{max_tokens}: derived from the Draft, not the cap"
+    );
 }

@@ -39,7 +39,11 @@ async fn scenario_duplicate_or_missing_analysis_id_in_concluded_draft() {
         let mut draft = good_draft();
         draft["analyses"][1]["id"] = json!(id);
         echo_repair(&server, &draft).await;
-        on_semantic(&server, verdict("SUPPORTED", "fine")).await;
+        on_semantic(
+            &server,
+            verdict("SUPPORTED", "The report is fine against the evidence."),
+        )
+        .await;
         let out = release(
             config(Some(&server.uri())),
             &bundle(&run, draft, standard_invocations(&run)),
@@ -70,7 +74,11 @@ async fn scenario_broken_report_reference_in_concluded_draft() {
     draft["action_plan"][0]["analysis_refs"] = json!(["A9"]);
     draft["recommendations"][0]["analysis_refs"] = json!([""]);
     echo_repair(&server, &draft).await;
-    on_semantic(&server, verdict("SUPPORTED", "fine")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "The report is fine against the evidence."),
+    )
+    .await;
     let out = release(
         config(Some(&server.uri())),
         &bundle(&run, draft, standard_invocations(&run)),
@@ -214,7 +222,11 @@ async fn scenario_fabricated_or_cross_run_tool_call() {
     let mut draft = good_draft();
     draft["analyses"][0]["tool_call_ids"] = json!(["call-log-01", "call-fabricated"]);
     echo_repair(&server, &draft).await;
-    on_semantic(&server, verdict("SUPPORTED", "fine")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "The report is fine against the evidence."),
+    )
+    .await;
     let out = release(
         config(Some(&server.uri())),
         &bundle(&run, draft, invocations),
@@ -334,7 +346,11 @@ async fn scenario_positive_claim_uses_no_evidence_result() {
 async fn scenario_supported_rag_log_and_mysql_projections() {
     let server = model().await;
     let run = unique_run("projections");
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let mut draft = good_draft();
     draft["analyses"][2] = json!({"id": "A3", "kind": "NORMAL", "text": "412 slow queries on orders.", "tool_call_ids": ["call-sql-02"]});
     let mut invocations = standard_invocations(&run);
@@ -441,7 +457,11 @@ async fn scenario_structural_repair_succeeds() {
     let mut typo = good_draft();
     typo["analyses"][0]["tool_call_ids"] = json!(["call-log-1"]);
     on_repair(&server, content(&good_draft().to_string())).await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let out = release(
         config(Some(&server.uri())),
         &bundle(&run, typo, standard_invocations(&run)),
@@ -513,7 +533,11 @@ async fn scenario_repair_changes_report_text() {
         let mut candidate = good_draft();
         edit(&mut candidate);
         on_repair(&server, content(&candidate.to_string())).await;
-        on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+        on_semantic(
+            &server,
+            verdict("SUPPORTED", "Every claim matches the evidence."),
+        )
+        .await;
         let out = release(
             config(Some(&server.uri())),
             &bundle(&run, typo, standard_invocations(&run)),
@@ -541,7 +565,11 @@ async fn scenario_second_validation_fails() {
     let mut still_wrong = good_draft();
     still_wrong["analyses"][0]["tool_call_ids"] = json!(["call-log-99"]);
     on_repair(&server, content(&still_wrong.to_string())).await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let out = release(
         config(Some(&server.uri())),
         &bundle(&run, typo, standard_invocations(&run)),
@@ -565,7 +593,11 @@ async fn scenario_second_validation_fails() {
 async fn scenario_semantic_input_isolation() {
     let server = model().await;
     let run = unique_run("isolation");
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let mut uncited = log_found(&run, "call-uncited");
     uncited["agent_result"] = json!(uncited["agent_result"]
         .as_str()
@@ -680,7 +712,8 @@ async fn scenario_technical_failure_then_success() {
     for first in [
         ResponseTemplate::new(503).set_body_string("upstream overloaded"),
         content("I think it is SUPPORTED."),
-        verdict("SUPPORTED", "ok").set_delay(std::time::Duration::from_secs(10)),
+        verdict("SUPPORTED", "Every claim matches the evidence.")
+            .set_delay(std::time::Duration::from_secs(10)),
     ] {
         let server = model().await;
         let run = unique_run("retry");
@@ -794,7 +827,11 @@ async fn scenario_run_cancellation_during_model_call() {
 async fn scenario_supported_report_release() {
     let server = model().await;
     let run = unique_run("supported");
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let draft = good_draft();
     let out = release(
         config(Some(&server.uri())),
@@ -819,7 +856,11 @@ async fn scenario_supported_report_release() {
 async fn scenario_unsupported_report_fallback() {
     let server = model().await;
     let run = unique_run("unsupported-fallback");
-    on_semantic(&server, verdict("UNSUPPORTED", "overreach")).await;
+    on_semantic(
+        &server,
+        verdict("UNSUPPORTED", "The conclusion overreaches the evidence."),
+    )
+    .await;
     let out = release(
         config(Some(&server.uri())),
         &bundle(&run, good_draft(), standard_invocations(&run)),

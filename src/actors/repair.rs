@@ -1,6 +1,7 @@
 //! The Repair actor: at most one direct, no-tool model call that may fix ids and
-//! references of a concluded Draft that failed EvidenceGuard. It owns the pending call;
-//! [`AbortChild`] drops it.
+//! references of a concluded Draft that failed EvidenceGuard, with `max_tokens` and a byte
+//! limit derived from the Draft's size (`repair.max_output_*` are the caps). It owns the
+//! pending call; [`AbortChild`] drops it.
 
 use std::time::Duration;
 
@@ -15,7 +16,8 @@ use crate::config::{RepairConfig, StructuredOutput};
 use crate::domain::draft::Draft;
 use crate::domain::evidence_guard::Violation;
 use crate::domain::release::RepairFailure;
-use crate::model::prompts::{repair_request, RequestShape, UsableCallRef};
+use crate::domain::repair_check::repair_output_limits;
+use crate::model::prompts::{new_nonce, repair_request, RequestShape, UsableCallRef};
 use crate::model::verdict::parse_repaired_draft;
 
 pub struct RepairActor {
@@ -74,12 +76,24 @@ async fn repair(
     structured_output: StructuredOutput,
     msg: RepairDraft,
 ) -> StepOutcome<Result<Draft, RepairFailure>> {
+    let draft_bytes = serde_json::to_vec(&msg.draft).map_or(0, |v| v.len() as u64);
+    let bounds = repair_output_limits(
+        draft_bytes,
+        settings.max_output_tokens,
+        settings.max_output_bytes,
+    );
     let shape = RequestShape {
         model: &model_name,
         structured_output,
-        max_output_tokens: settings.max_output_tokens,
+        max_output_tokens: bounds.max_tokens,
     };
-    let request = match repair_request(&shape, &msg.draft, &msg.violations, &msg.usable) {
+    let request = match repair_request(
+        &shape,
+        &msg.draft,
+        &msg.violations,
+        &msg.usable,
+        &new_nonce(),
+    ) {
         Ok(r) => r,
         Err(e) => {
             return StepOutcome::Done(Err(RepairFailure(format!("cannot build the request: {e}"))))
@@ -87,7 +101,7 @@ async fn repair(
     };
     let limits = AttemptLimits {
         max_input_bytes: settings.max_input_bytes,
-        max_output_bytes: settings.max_output_bytes,
+        max_output_bytes: bounds.max_bytes,
         timeout: Duration::from_millis(settings.timeout_ms),
     };
     match attempt(&context, 1, true, &request, limits, parse_repaired_draft).await {

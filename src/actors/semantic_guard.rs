@@ -14,6 +14,7 @@ use super::attempt::{
 };
 use super::{AbortChild, StepOutcome, StopChild};
 use crate::config::{SemanticGuardConfig, StructuredOutput};
+use crate::domain::audit::AttemptOutcome;
 use crate::domain::release::{Judgeable, Judgement};
 use crate::model::prompts::{new_nonce, semantic_request, RequestShape};
 use crate::model::verdict::parse_verdict;
@@ -122,6 +123,9 @@ async fn judge(
                     reason: verdict.reason,
                 })
             }
+            // The server refused the request as invalid: the same bytes would be refused
+            // again, so the guard is unavailable at once.
+            AttemptResult::Failed(AttemptOutcome::Rejected) => break,
             AttemptResult::Failed(_) => continue,
             AttemptResult::Denied => return StepOutcome::Done(Judgement::Unavailable),
             AttemptResult::Cancelled(source) => return StepOutcome::Cancelled(source),

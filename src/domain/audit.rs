@@ -46,17 +46,22 @@ pub enum AttemptOutcome {
     Transport,
     Parse,
     Schema,
+    /// The server refused the request itself as invalid (a 4xx other than 408 and 429, or
+    /// a 5xx whose body says the request is invalid): sending it again cannot help, so it
+    /// is never retried. Usually a `model.structured_output` the server does not accept.
+    Rejected,
     Cancelled,
     BudgetDenied,
 }
 
 impl AttemptOutcome {
-    pub const ALL: [AttemptOutcome; 7] = [
+    pub const ALL: [AttemptOutcome; 8] = [
         AttemptOutcome::Ok,
         AttemptOutcome::Timeout,
         AttemptOutcome::Transport,
         AttemptOutcome::Parse,
         AttemptOutcome::Schema,
+        AttemptOutcome::Rejected,
         AttemptOutcome::Cancelled,
         AttemptOutcome::BudgetDenied,
     ];
@@ -68,12 +73,14 @@ impl AttemptOutcome {
             AttemptOutcome::Transport => "transport",
             AttemptOutcome::Parse => "parse",
             AttemptOutcome::Schema => "schema",
+            AttemptOutcome::Rejected => "rejected",
             AttemptOutcome::Cancelled => "cancelled",
             AttemptOutcome::BudgetDenied => "budget_denied",
         }
     }
 
-    /// Technical failures: the only outcomes SemanticGuard retries.
+    /// Technical failures: the only outcomes SemanticGuard retries (`Rejected` is not one:
+    /// the same bytes would be refused again).
     pub fn is_technical_failure(self) -> bool {
         matches!(
             self,

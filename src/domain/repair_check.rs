@@ -1,7 +1,8 @@
 //! The repair comparison: a repaired Draft may differ from the original only in
 //! analysis ids, tool call ids and analysis references.
 //!
-//! Entry point: [`compare`]. Everything a person reads (every text, every kind, the order
+//! Entry points: [`compare`], and [`repair_output_limits`] (how long the one repair answer
+//! may be). Everything a person reads (every text, every kind, the order
 //! and number of items, `requires_human_confirmation`, limitations, missing context) must
 //! be identical, or the candidate is rejected with the first difference found.
 
@@ -118,6 +119,30 @@ pub fn compare(original: &Draft, candidate: &Draft) -> Result<(), RepairRejectio
     Ok(())
 }
 
+/// The bounds of the one repair answer: `max_tokens` of the request and the largest
+/// accepted content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairOutputLimits {
+    pub max_tokens: u32,
+    pub max_bytes: u64,
+}
+
+/// A repair changes ids and references only, so its answer is about as long as the Draft
+/// it was sent: the limits derive from the Draft's JSON size (half again plus a margin
+/// for the bytes, about one token per 2 bytes plus a margin for the tokens), within the
+/// configured caps. A model that loops stops near the Draft's size instead of at the cap.
+pub fn repair_output_limits(
+    draft_bytes: u64,
+    cap_tokens: u32,
+    cap_bytes: u64,
+) -> RepairOutputLimits {
+    let tokens = draft_bytes / 2 + 128;
+    RepairOutputLimits {
+        max_tokens: u32::try_from(tokens).unwrap_or(u32::MAX).min(cap_tokens),
+        max_bytes: (draft_bytes + draft_bytes / 2 + 1024).min(cap_bytes),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +234,25 @@ mod tests {
             mutate(&mut repaired);
             assert_eq!(compare(&original, &repaired), Err(expected));
         }
+    }
+
+    #[test]
+    fn repair_limits_follow_the_drafts_size_within_the_caps() {
+        assert_eq!(
+            repair_output_limits(2_000, 4_096, 65_536),
+            RepairOutputLimits {
+                max_tokens: 1_128,
+                max_bytes: 4_024
+            }
+        );
+        assert_eq!(
+            repair_output_limits(100_000, 4_096, 65_536),
+            RepairOutputLimits {
+                max_tokens: 4_096,
+                max_bytes: 65_536
+            }
+        );
+        let small = repair_output_limits(0, 4_096, 65_536);
+        assert!(small.max_tokens >= 128 && small.max_bytes >= 1_024);
     }
 }

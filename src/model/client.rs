@@ -1,16 +1,20 @@
 //! The OpenAI-compatible chat-completions client (async-openai over reqwest).
 //!
 //! Entry point: [`ModelClient::send`] posts a [`PreparedRequest`]'s exact bytes to
-//! `{model.base_url}/chat/completions` once and classifies what went wrong as transport
-//! or parse. It never retries by itself (async-openai's default retry layer is replaced
-//! by a bare reqwest service) and has no timeout of its own: callers wrap it, and
-//! dropping the future drops the request, which closes its connection.
+//! `{model.base_url}/chat/completions` once and classifies what went wrong as transport,
+//! parse or rejected. It never retries by itself (async-openai's default retry layer is
+//! replaced by [`StatusService`], a bare reqwest service that also reads error bodies) and
+//! has no timeout of its own: callers wrap it, and dropping the future drops the request,
+//! which closes its connection.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
-use async_openai::middleware::ReqwestService;
+use async_openai::middleware::HttpRequestFactory;
 use async_openai::Client;
 use serde_json::Value;
 
@@ -18,8 +22,10 @@ use super::prompts::PreparedRequest;
 use crate::config::ModelConfig;
 use crate::domain::audit::AttemptOutcome;
 
-/// Why a call produced no envelope: `Transport` (connect, reset, HTTP error status) or
-/// `Parse` (the body is not JSON), with a data-free detail.
+/// Why a call produced no envelope: `Transport` (connect, reset, a server fault),
+/// `Rejected` (the server refused the request as invalid: not worth sending again) or
+/// `Parse` (the body is not JSON), with a short detail (for an HTTP error: the status and
+/// a bounded excerpt of the server's message).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendFailure {
     pub class: AttemptOutcome,
@@ -51,8 +57,7 @@ impl ModelClient {
             .with_api_key(config.api_key.clone())
             .with_org_id("")
             .with_project_id("");
-        let client =
-            Client::build(http.clone(), openai).with_http_service(ReqwestService::new(http));
+        let client = Client::build(http.clone(), openai).with_http_service(StatusService { http });
         Ok(ModelClient { client })
     }
 
@@ -66,12 +71,179 @@ impl ModelClient {
     }
 }
 
+/// The HTTP service under async-openai: one request, no retry. A non-2xx answer becomes
+/// an [`HttpStatusError`] holding the status and the start of the body, so that the
+/// classification sees the server's words whatever shape its error body has (async-openai
+/// itself turns a 4xx body that is not OpenAI's `{"error": {...}}` into a parse error).
+#[derive(Clone)]
+struct StatusService {
+    http: reqwest::Client,
+}
+
+type ServiceFuture =
+    Pin<Box<dyn Future<Output = Result<reqwest::Response, OpenAIError>> + Send + 'static>>;
+
+impl tower::Service<HttpRequestFactory> for StatusService {
+    type Response = reqwest::Response;
+    type Error = OpenAIError;
+    type Future = ServiceFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, factory: HttpRequestFactory) -> Self::Future {
+        let http = self.http.clone();
+        Box::pin(async move {
+            let request = factory.build().await?;
+            let mut response = http.execute(request).await?;
+            let status = response.status();
+            if status.is_success() {
+                return Ok(response);
+            }
+            // Read at most ERROR_BODY_BYTES of the error body: a hostile or broken server
+            // cannot make the harness buffer more than that.
+            let mut body = Vec::new();
+            while body.len() < ERROR_BODY_BYTES {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            body.truncate(ERROR_BODY_BYTES);
+            Err(OpenAIError::Boxed(Box::new(HttpStatusError {
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&body).into_owned(),
+            })))
+        })
+    }
+}
+
+/// How much of an error body is read.
+const ERROR_BODY_BYTES: usize = 8 * 1024;
+/// How much of the server's message goes into the audit.
+pub const ERROR_EXCERPT_CHARS: usize = 240;
+
+/// A non-2xx answer of the model server.
+#[derive(Debug, thiserror::Error)]
+#[error("HTTP {status}")]
+pub struct HttpStatusError {
+    pub status: u16,
+    /// The start of the body (at most [`ERROR_BODY_BYTES`]).
+    pub body: String,
+}
+
+/// Words by which a server says that the request itself is invalid. llama-cpp-python
+/// answers a `response_format` it does not know with HTTP 500 and a pydantic message
+/// ("Input should be 'text' or 'json_object'"); others use 400 or 422.
+const INVALID_REQUEST_MARKERS: [&str; 10] = [
+    "invalid",
+    "input should be",
+    "validation error",
+    "unprocessable",
+    "not supported",
+    "unsupported",
+    "bad request",
+    "unknown field",
+    "extra inputs are not permitted",
+    "failed to parse grammar",
+];
+
+/// Whether an HTTP error status and body mean "this request is invalid" (never worth
+/// sending again) rather than a fault of the server or the network. 408 (timeout) and
+/// 429 (rate limit) are the 4xx that a later attempt can get past.
+pub fn is_rejection(status: u16, body: &str) -> bool {
+    match status {
+        408 | 429 => false,
+        400..=499 => true,
+        500..=599 => {
+            let lower = body.to_lowercase();
+            INVALID_REQUEST_MARKERS.iter().any(|m| lower.contains(m))
+        }
+        _ => false,
+    }
+}
+
+/// The server's message, bounded and on one line, for the audit: the JSON error's
+/// `message`/`detail` when there is one, else the body's start.
+pub fn error_excerpt(body: &str) -> String {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let message = parsed.as_ref().and_then(|v| {
+        [
+            v.pointer("/error/message"),
+            v.pointer("/message"),
+            v.pointer("/detail/0/msg"),
+            v.pointer("/detail"),
+            v.pointer("/error"),
+        ]
+        .into_iter()
+        .flatten()
+        .find_map(|m| match m {
+            Value::String(s) => Some(s.clone()),
+            Value::Null => None,
+            other => Some(other.to_string()),
+        })
+    });
+    let text = message.unwrap_or_else(|| body.to_string());
+    let mut out = String::new();
+    let mut last_space = false;
+    for c in text.chars() {
+        let c = if c.is_control() || c.is_whitespace() {
+            ' '
+        } else {
+            c
+        };
+        if c == ' ' && (last_space || out.is_empty()) {
+            continue;
+        }
+        last_space = c == ' ';
+        if out.chars().count() >= ERROR_EXCERPT_CHARS {
+            out.push('…');
+            break;
+        }
+        out.push(c);
+    }
+    out.trim_end().to_string()
+}
+
 fn classify(error: OpenAIError) -> SendFailure {
     let (class, detail) = match &error {
-        OpenAIError::ApiError(api) => (
-            AttemptOutcome::Transport,
-            format!("HTTP {}", api.status_code.as_u16()),
-        ),
+        OpenAIError::Boxed(inner) => match inner.downcast_ref::<HttpStatusError>() {
+            Some(http) => {
+                let excerpt = error_excerpt(&http.body);
+                let class = if is_rejection(http.status, &http.body) {
+                    AttemptOutcome::Rejected
+                } else {
+                    AttemptOutcome::Transport
+                };
+                let detail = if excerpt.is_empty() {
+                    format!("HTTP {}", http.status)
+                } else {
+                    format!("HTTP {}: {excerpt}", http.status)
+                };
+                (class, detail)
+            }
+            None => (
+                AttemptOutcome::Transport,
+                "the request could not be completed".to_string(),
+            ),
+        },
+        OpenAIError::ApiError(api) => {
+            let message = api.api_error.message.as_str();
+            let class = if is_rejection(api.status_code.as_u16(), message) {
+                AttemptOutcome::Rejected
+            } else {
+                AttemptOutcome::Transport
+            };
+            (
+                class,
+                format!(
+                    "HTTP {}: {}",
+                    api.status_code.as_u16(),
+                    error_excerpt(message)
+                ),
+            )
+        }
         OpenAIError::JSONDeserialize(_, _) => (
             AttemptOutcome::Parse,
             "the response body is not a JSON chat completion".to_string(),
@@ -93,4 +265,39 @@ fn classify(error: OpenAIError) -> SendFailure {
         ),
     };
     SendFailure { class, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_requests_are_rejections_and_faults_are_not() {
+        assert!(is_rejection(400, ""));
+        assert!(is_rejection(422, "{}"));
+        assert!(!is_rejection(429, "rate limited"));
+        assert!(!is_rejection(408, ""));
+        assert!(is_rejection(
+            500,
+            r#"{"detail":[{"type":"literal_error","msg":"Input should be 'text' or 'json_object'"}]}"#
+        ));
+        assert!(!is_rejection(500, "internal error"));
+        assert!(!is_rejection(503, "overloaded"));
+    }
+
+    #[test]
+    fn excerpts_are_bounded_one_line_messages() {
+        assert_eq!(
+            error_excerpt(r#"{"error": {"message": "bad\nformat", "code": 400}}"#),
+            "bad format"
+        );
+        assert_eq!(
+            error_excerpt(r#"{"detail":[{"msg":"Input should be 'text' or 'json_object'"}]}"#),
+            "Input should be 'text' or 'json_object'"
+        );
+        assert_eq!(error_excerpt("plain\n\n text "), "plain text");
+        let long = error_excerpt(&"x".repeat(10_000));
+        assert_eq!(long.chars().count(), ERROR_EXCERPT_CHARS + 1);
+        assert!(long.ends_with('…'));
+    }
 }

@@ -1,9 +1,10 @@
 //! The model adapter: request building ([`prompts`]), the HTTP client ([`client`]) and
-//! strict answer reading ([`verdict`]). Retry, timeouts, budgets and cancellation are the
+//! strict answer reading ([`verdict`]), and the set-up check of `probe-model` ([`probe`]). Retry, timeouts, budgets and cancellation are the
 //! actors' job (`actors::semantic_guard`, `actors::repair`).
 
 pub mod body;
 pub mod client;
+pub mod probe;
 pub mod prompts;
 pub mod verdict;
 

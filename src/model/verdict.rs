@@ -112,7 +112,47 @@ struct RawVerdict {
     reason: String,
 }
 
-/// Exactly `{"verdict": "SUPPORTED"|"UNSUPPORTED", "reason": "<non-blank>"}`.
+/// The placeholder the rubric shows where the reason goes. A model that copies the rubric
+/// instead of judging answers it (or wraps it): that is not a verdict.
+pub const REASON_PLACEHOLDER: &str =
+    "<quote the decisive claim and name the evidence that supports or contradicts it>";
+
+/// Placeholders of earlier rubrics, still recognised when a model answers one.
+const OLD_PLACEHOLDERS: [&str; 1] = ["one or two sentences naming the decisive claim"];
+
+/// A reason of fewer words names no claim and no evidence.
+pub const MIN_REASON_WORDS: usize = 4;
+
+fn core(text: &str) -> String {
+    text.trim_matches(|c: char| c == '<' || c == '>' || c.is_whitespace())
+        .to_lowercase()
+}
+
+/// Why a reason does not count as a judgement, if it does not.
+fn weak_reason(reason: &str) -> Option<String> {
+    let lower = reason.to_lowercase();
+    let copied = std::iter::once(REASON_PLACEHOLDER)
+        .chain(OLD_PLACEHOLDERS)
+        .any(|p| lower.contains(&core(p)));
+    if copied {
+        return Some("the reason copies the rubric's placeholder".into());
+    }
+    let words = reason
+        .split_whitespace()
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .count();
+    if words < MIN_REASON_WORDS {
+        return Some(format!(
+            "the reason has {words} word(s), fewer than {MIN_REASON_WORDS}: it names no claim"
+        ));
+    }
+    None
+}
+
+/// Exactly `{"verdict": "SUPPORTED"|"UNSUPPORTED", "reason": "<non-blank>"}`, where the
+/// reason is the model's own: not the rubric's placeholder, and at least
+/// [`MIN_REASON_WORDS`] words. A weak reason is a schema failure (technical, retried once
+/// with the same bytes), never a verdict.
 pub fn parse_verdict(content: &str) -> Result<Verdict, AnswerError> {
     let raw: RawVerdict = serde_json::from_str(content).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => schema_error(format!(
@@ -128,6 +168,9 @@ pub fn parse_verdict(content: &str) -> Result<Verdict, AnswerError> {
     };
     if raw.reason.trim().is_empty() {
         return Err(schema_error("the reason is blank"));
+    }
+    if let Some(why) = weak_reason(&raw.reason) {
+        return Err(schema_error(why));
     }
     Ok(Verdict {
         supported,
@@ -192,14 +235,50 @@ mod tests {
 
     #[test]
     fn strict_verdicts_parse() {
-        let v = parse_verdict(r#"{"verdict": "UNSUPPORTED", "reason": "No deploy in evidence."}"#)
-            .unwrap();
+        let v = parse_verdict(
+            r#"{"verdict": "UNSUPPORTED", "reason": "No deploy appears in the evidence."}"#,
+        )
+        .unwrap();
         assert!(!v.supported);
         assert!(
-            parse_verdict(" {\"verdict\":\"SUPPORTED\",\"reason\":\"ok\"}\n")
-                .unwrap()
-                .supported
+            parse_verdict(
+                " {\"verdict\":\"SUPPORTED\",\"reason\":\"The logs show 132 matches.\"}\n"
+            )
+            .unwrap()
+            .supported
         );
+    }
+
+    #[test]
+    fn a_copied_placeholder_or_a_token_reason_is_no_verdict() {
+        let class = |reason: &str| {
+            parse_verdict(
+                &serde_json::json!({"verdict": "SUPPORTED", "reason": reason}).to_string(),
+            )
+            .unwrap_err()
+        };
+        for copied in [
+            REASON_PLACEHOLDER.to_string(),
+            REASON_PLACEHOLDER
+                .trim_matches(|c| c == '<' || c == '>')
+                .to_string(),
+            format!("Verdict: {REASON_PLACEHOLDER}."),
+            "one or two sentences naming the decisive claim".to_string(),
+            "One or two sentences naming the decisive claim.".to_string(),
+        ] {
+            let e = class(&copied);
+            assert_eq!(e.class, AttemptOutcome::Schema, "{copied}");
+            assert!(e.detail.contains("placeholder"), "{copied}");
+        }
+        for short in ["ok", "Supported.", "all claims fine", "- - - yes"] {
+            let e = class(short);
+            assert_eq!(e.class, AttemptOutcome::Schema, "{short}");
+            assert!(e.detail.contains("fewer than 4"), "{short}: {}", e.detail);
+        }
+        assert!(parse_verdict(
+            r#"{"verdict":"SUPPORTED","reason":"The 132 log matches back A1."}"#
+        )
+        .is_ok());
     }
 
     #[test]

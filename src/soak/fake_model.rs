@@ -163,6 +163,17 @@ async fn complete(state: web::Data<FakeState>, body: web::Bytes) -> HttpResponse
     } else {
         options.default_verdict.as_str()
     };
+    // `probe-model`'s canary: a model that reads its system message echoes the probe word.
+    if let Some(word) = system
+        .split_once("Your secret probe word is ")
+        .and_then(|(_, rest)| rest.split_once('.'))
+        .map(|(word, _)| word)
+    {
+        let answer =
+            json!({"verdict": "SUPPORTED", "reason": format!("The probe word is {word}.")})
+                .to_string();
+        return HttpResponse::Ok().json(envelope(&answer, body.len()));
+    }
     let reason = if verdict == "SUPPORTED" {
         "Every claim is backed by the evidence of the analysis it cites."
     } else {
@@ -190,14 +201,33 @@ fn distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+/// The content of the labelled block `<<<BEGIN nonce NAME>>>\n...\n<<<END nonce>>>`.
+fn block<'a>(user: &'a str, name: &str) -> Option<&'a str> {
+    let mut rest = user;
+    while let Some(i) = rest.find("<<<BEGIN ") {
+        let (header, body) = rest[i + "<<<BEGIN ".len()..].split_once(">>>\n")?;
+        if header.split_whitespace().nth(1) == Some(name) {
+            return body.split_once("\n<<<END ").map(|(content, _)| content);
+        }
+        rest = body;
+    }
+    None
+}
+
+/// The repair request's input: the Draft, violations and usable calls blocks.
+fn repair_input(user: &str) -> Value {
+    let parse = |name: &str| {
+        block(user, name)
+            .and_then(|text| serde_json::from_str::<Value>(text).ok())
+            .unwrap_or(Value::Null)
+    };
+    json!({"draft": parse("draft"), "violations": parse("violations"), "usable_calls": parse("usable_calls")})
+}
+
 /// The repair a careful model would make: each cited id that is not a usable call becomes
 /// the nearest usable id whose evidence status fits the analysis kind.
 fn repair(user: &str) -> Value {
-    let input: Value = user
-        .split_once("Input:\n")
-        .and_then(|(_, rest)| rest.rsplit_once("\n\nAnswer"))
-        .and_then(|(json_text, _)| serde_json::from_str(json_text).ok())
-        .unwrap_or(Value::Null);
+    let input = repair_input(user);
     let mut draft = input["draft"].clone();
     // Only ids that do not exist are retargeted: a real call of another run or of the
     // wrong kind is not a typo, and a careful repair leaves it for EvidenceGuard to reject.
@@ -273,8 +303,8 @@ mod tests {
                 {"tool_call_id": "call-sql-01", "tool": "mysql_query", "evidence_status": "NO_EVIDENCE"}]
         });
         let user = format!(
-            "Repair.\nInput:\n{}\n\nAnswer with the whole Draft.",
-            serde_json::to_string_pretty(&input).unwrap()
+            "Repair.\n<<<BEGIN n draft>>>\n{}\n<<<END n>>>\n\n<<<BEGIN n violations>>>\n{}\n<<<END n>>>\n\n<<<BEGIN n usable_calls>>>\n{}\n<<<END n>>>\nAnswer with the whole Draft.",
+            input["draft"], input["violations"], input["usable_calls"]
         );
         let repaired = repair(&user);
         assert_eq!(

@@ -113,7 +113,11 @@ async fn cancel_through_replica_b_aborts_the_release_on_replica_a() {
 #[actix_rt::test]
 async fn a_marker_set_by_the_agent_is_honoured_without_pubsub() {
     let server = wiremock::MockServer::start().await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let app = spawn_app(AppOptions {
         model: Some(server.uri()),
         ..Default::default()

@@ -345,6 +345,8 @@ impl Replica {
             .envs(store_env(redis))
             .env("HARNESS__REDIS__KEY_PREFIX", prefix)
             .env("HARNESS__MODEL__BASE_URL", model)
+            // These tests count model requests: no start-up probe.
+            .env("HARNESS__MODEL__PROBE_ON_START", "false")
             .env("RUST_LOG", "warn")
             .envs(env.iter().copied())
             .spawn()

@@ -8,7 +8,11 @@ use crate::helpers::*;
 #[actix_rt::test]
 async fn metrics_describe_and_count_releases() {
     let server = MockServer::start().await;
-    on_semantic(&server, verdict("SUPPORTED", "ok")).await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
     let app = spawn_app(AppOptions {
         model: Some(server.uri()),
         ..Default::default()
@@ -141,4 +145,43 @@ async fn the_openapi_document_lists_every_route_and_status_of_the_contract() {
         doc["components"]["schemas"]["ReleaseResultDoc"]["properties"]["verified_sources"]
             .is_object()
     );
+}
+
+#[actix_rt::test]
+async fn serve_probes_the_model_at_start_up_without_delaying_readiness() {
+    let server = MockServer::start().await;
+    // A slow model: the probe's answers come 3 s after the service is ready.
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(
+            verdict("SUPPORTED", "The probe word is not known here.")
+                .set_delay(std::time::Duration::from_secs(3)),
+        )
+        .mount(&server)
+        .await;
+    let started = std::time::Instant::now();
+    let _replica = Replica::start(
+        &unique_prefix("probe-on-start"),
+        &redis_url(),
+        &server.uri(),
+        &[("HARNESS__MODEL__PROBE_ON_START", "true")],
+    )
+    .await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(2_500),
+        "ready after {:?}: the probe delayed readiness",
+        started.elapsed()
+    );
+    let mut probed = false;
+    for _ in 0..100 {
+        let requests = server.received_requests().await.unwrap_or_default();
+        if requests
+            .iter()
+            .any(|r| String::from_utf8_lossy(&r.body).contains("Your secret probe word is"))
+        {
+            probed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(probed, "the start-up probe's canary reached the model");
 }

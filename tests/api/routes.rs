@@ -19,7 +19,7 @@ async fn judged_app(answer: ResponseTemplate) -> (TestApp, MockServer) {
 
 #[actix_rt::test]
 async fn a_release_answers_200_and_stores_a_json_equal_result() {
-    let (app, server) = judged_app(verdict("SUPPORTED", "ok")).await;
+    let (app, server) = judged_app(verdict("SUPPORTED", "Every claim matches the evidence.")).await;
     let run = unique_run("api-success");
     app.seed(&standard_invocations(&run)).await;
     let response = app.post_release(&run, &release_body(good_draft())).await;
@@ -56,9 +56,14 @@ async fn a_release_answers_200_and_stores_a_json_equal_result() {
 
 #[actix_rt::test]
 async fn every_outcome_type_over_http() {
-    let (app, _server) = judged_app(verdict("SUPPORTED", "ok")).await;
+    let (app, _server) =
+        judged_app(verdict("SUPPORTED", "Every claim matches the evidence.")).await;
     let unsupported_model = MockServer::start().await;
-    on_semantic(&unsupported_model, verdict("UNSUPPORTED", "overreach")).await;
+    on_semantic(
+        &unsupported_model,
+        verdict("UNSUPPORTED", "The conclusion overreaches the evidence."),
+    )
+    .await;
     let unsupported_app = spawn_app(AppOptions {
         model: Some(unsupported_model.uri()),
         ..Default::default()

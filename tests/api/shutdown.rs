@@ -23,7 +23,8 @@ async fn graceful_shutdown_lets_the_release_in_flight_finish() {
     let server = MockServer::start().await;
     on_semantic(
         &server,
-        verdict("SUPPORTED", "ok").set_delay(Duration::from_millis(800)),
+        verdict("SUPPORTED", "Every claim matches the evidence.")
+            .set_delay(Duration::from_millis(800)),
     )
     .await;
     let app = spawn_app(AppOptions {
@@ -94,7 +95,8 @@ async fn the_binary_drains_and_exits_0_on_sigterm() {
     let server = MockServer::start().await;
     on_semantic(
         &server,
-        verdict("SUPPORTED", "ok").set_delay(Duration::from_millis(800)),
+        verdict("SUPPORTED", "Every claim matches the evidence.")
+            .set_delay(Duration::from_millis(800)),
     )
     .await;
     let prefix = unique_prefix("binary");

@@ -1,0 +1,254 @@
+//! `release-harness eval CORPUS_DIR`: the judge's quality as numbers.
+//!
+//! Entry points: [`load_corpus`] (labelled run bundles, strict), [`run_eval`] (each case
+//! through the same actor tree, request building and verdict parsing as `serve`, against
+//! the configured model) and [`report::EvalReport`] (the arithmetic and its renderings).
+
+pub mod report;
+
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::check::{run_check, RunBundle};
+use crate::config::Config;
+use crate::domain::release::FallbackType;
+use report::{CaseResult, EvalReport, Judged};
+
+/// What a careful reviewer answers for a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Label {
+    Supported,
+    Unsupported,
+}
+
+impl Label {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Label::Supported => "SUPPORTED",
+            Label::Unsupported => "UNSUPPORTED",
+        }
+    }
+}
+
+/// One labelled case: a run bundle plus its label, category and a note.
+#[derive(Debug)]
+pub struct EvalCase {
+    /// The file name without `.json`.
+    pub id: String,
+    pub label: Label,
+    /// e.g. `supported`, `changed_number`, `injection_evidence`.
+    pub category: String,
+    pub note: String,
+    pub bundle: RunBundle,
+}
+
+impl EvalCase {
+    /// Whether the case carries a prompt injection (its category starts with `injection`).
+    pub fn is_injection(&self) -> bool {
+        self.category.starts_with("injection")
+    }
+
+    /// Parses a case: the bundle's fields plus `label`, `category` and `note`.
+    pub fn parse(id: &str, text: &str) -> Result<EvalCase, EvalError> {
+        let bad = |why: String| EvalError::Case {
+            case: id.to_string(),
+            why,
+        };
+        let mut fields: serde_json::Map<String, Value> =
+            serde_json::from_str(text).map_err(|e| bad(format!("not a JSON object: {e}")))?;
+        let label = fields
+            .remove("label")
+            .ok_or_else(|| bad("no label".into()))
+            .and_then(|v| {
+                serde_json::from_value::<Label>(v)
+                    .map_err(|_| bad("label must be SUPPORTED or UNSUPPORTED".into()))
+            })?;
+        let category = match fields.remove("category") {
+            Some(Value::String(c)) if !c.trim().is_empty() => c,
+            _ => return Err(bad("category must be a non-blank string".into())),
+        };
+        if label == Label::Supported && category != "supported" {
+            return Err(bad(format!(
+                "a SUPPORTED case has the category {category:?}, not \"supported\""
+            )));
+        }
+        let note = match fields.remove("note") {
+            Some(Value::String(n)) => n,
+            None => String::new(),
+            Some(_) => return Err(bad("note must be a string".into())),
+        };
+        let bundle_text = serde_json::to_string(&fields).map_err(|e| bad(e.to_string()))?;
+        let bundle = RunBundle::parse(&bundle_text).map_err(|e| bad(e.to_string()))?;
+        bundle.request().map_err(|e| bad(e.to_string()))?;
+        Ok(EvalCase {
+            id: id.to_string(),
+            label,
+            category,
+            note,
+            bundle,
+        })
+    }
+}
+
+/// A corpus or configuration that cannot be evaluated (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("case {case}: {why}")]
+    Case { case: String, why: String },
+    #[error("the corpus {0} holds no case (*.json)")]
+    Empty(PathBuf),
+    #[error("no model is configured (model.base_url is empty): eval measures a model")]
+    NoModel,
+    #[error("cannot write the report: {0}")]
+    Write(String),
+}
+
+/// Every `*.json` of `dir`, in file-name order, parsed strictly.
+pub fn load_corpus(dir: &Path) -> Result<Vec<EvalCase>, EvalError> {
+    let read_err = |source| EvalError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(read_err)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    paths.sort();
+    if paths.is_empty() {
+        return Err(EvalError::Empty(dir.to_path_buf()));
+    }
+    paths
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path).map_err(|source| EvalError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let id = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            EvalCase::parse(&id, &text)
+        })
+        .collect()
+}
+
+/// How an eval run is shown while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// A progress bar on stderr.
+    Bar,
+    Hidden,
+}
+
+/// Runs every case through the release path and returns the report. Must run inside an
+/// actix System. Each case is its own release (in-memory store, fresh actor tree), one at a
+/// time, so latency is the model's for that case alone.
+pub async fn run_eval(
+    config: &Config,
+    corpus: &Path,
+    cases: &[EvalCase],
+    progress: Progress,
+) -> Result<EvalReport, EvalError> {
+    if !config.model_configured() {
+        return Err(EvalError::NoModel);
+    }
+    let bar = match progress {
+        Progress::Bar => {
+            ProgressBar::with_draw_target(Some(cases.len() as u64), ProgressDrawTarget::stderr())
+        }
+        Progress::Hidden => ProgressBar::hidden(),
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} cases {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let started = std::time::Instant::now();
+    let mut results = Vec::with_capacity(cases.len());
+    for case in cases {
+        bar.set_message(case.id.clone());
+        let result = match run_check(config.clone(), &case.bundle).await {
+            Ok(output) => case_result(case, &output.audit, output.result.fallback_type),
+            Err(e) => CaseResult::not_judged(case, format!("the release failed: {e}")),
+        };
+        results.push(result);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(EvalReport::build(
+        corpus.display().to_string(),
+        config,
+        started.elapsed(),
+        results,
+    ))
+}
+
+/// Reads what the judge decided from the release's audit record.
+fn case_result(case: &EvalCase, audit: &Value, fallback: Option<FallbackType>) -> CaseResult {
+    let attempts: Vec<report::AttemptSummary> = audit["model_attempts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| report::AttemptSummary {
+            role: a["role"].as_str().unwrap_or_default().to_string(),
+            outcome: a["outcome"].as_str().unwrap_or_default().to_string(),
+            detail: a["detail"].as_str().map(str::to_string),
+            latency_ms: a["latency_ms"].as_f64().unwrap_or(0.0),
+            prompt_tokens: a["prompt_tokens"].as_u64(),
+            completion_tokens: a["completion_tokens"].as_u64(),
+            request_bytes: a["request_bytes"].as_u64().unwrap_or(0),
+        })
+        .collect();
+    let verdict = audit["verdict"]["verdict"].as_str();
+    let violations = audit["violations"].as_array().map_or(0, Vec::len);
+    let judged = match (verdict, fallback) {
+        // A case must reach the judge as it is: a Draft that needed a repair measures the
+        // repair, not the judge.
+        _ if violations > 0 => Judged::NotJudged(format!(
+            "the Draft failed EvidenceGuard ({violations} violation(s))"
+        )),
+        (Some("SUPPORTED"), _) => Judged::Supported,
+        (Some("UNSUPPORTED"), _) => Judged::Unsupported,
+        (_, Some(FallbackType::SemanticUnavailable)) => Judged::TechnicalFailure,
+        (_, other) => Judged::NotJudged(format!(
+            "the case did not reach the judge ({})",
+            other.map(FallbackType::as_str).unwrap_or("no fallback")
+        )),
+    };
+    let reason = audit["verdict"]["reason"].as_str().map(|r| {
+        let mut r: String = r.chars().take(200).collect();
+        if r.len() < audit["verdict"]["reason"].as_str().map_or(0, str::len) {
+            r.push('…');
+        }
+        r
+    });
+    CaseResult {
+        id: case.id.clone(),
+        category: case.category.clone(),
+        label: case.label,
+        injection: case.is_injection(),
+        judged,
+        reason,
+        attempts,
+    }
+}
+
+/// Writes `report.json` and `report.md` into `dir` (created if needed).
+pub fn write_report(report: &EvalReport, dir: &Path) -> Result<(), EvalError> {
+    std::fs::create_dir_all(dir).map_err(|e| EvalError::Write(e.to_string()))?;
+    let json = serde_json::to_string_pretty(report).map_err(|e| EvalError::Write(e.to_string()))?;
+    std::fs::write(dir.join("report.json"), json).map_err(|e| EvalError::Write(e.to_string()))?;
+    std::fs::write(dir.join("report.md"), report.markdown())
+        .map_err(|e| EvalError::Write(e.to_string()))?;
+    Ok(())
+}
