@@ -386,10 +386,12 @@ impl Audit {
         total: std::time::Duration,
         end: &AuditEnd,
     ) -> (AuditJson, std::time::Duration) {
-        let model_wait = self.model_wait_ms();
+        // Sums of milliseconds read best rounded to the microsecond, as each term is.
+        let micros = |ms: f64| (ms * 1000.0).round() / 1000.0;
+        let model_wait = micros(self.model_wait_ms());
         self.timings.total_ms = millis(total);
         self.timings.model_wait_ms = model_wait;
-        self.timings.overhead_ms = (millis(total) - model_wait).max(0.0);
+        self.timings.overhead_ms = micros((millis(total) - model_wait).max(0.0));
         let overhead =
             total.saturating_sub(std::time::Duration::from_secs_f64(model_wait / 1000.0));
         (self.commit_json(end), overhead)
