@@ -260,8 +260,13 @@ pub fn guard_violation(rule: Rule) {
     counter!(GUARD_VIOLATIONS_TOTAL, "rule" => rule.as_str()).increment(1);
 }
 
-pub fn runs_in_flight(n: usize) {
-    gauge!(RUNS_IN_FLIGHT).set(n as f64);
+/// A release began or ended on one registry shard; the gauge is the sum over all shards.
+pub fn run_started() {
+    gauge!(RUNS_IN_FLIGHT).increment(1.0);
+}
+
+pub fn run_ended() {
+    gauge!(RUNS_IN_FLIGHT).decrement(1.0);
 }
 
 pub fn cancelled(source: CancelSource) {

@@ -209,7 +209,7 @@ impl Handler<StartRelease> for RunRegistry {
                 renewed_at: Instant::now(),
             },
         );
-        telemetry::runs_in_flight(self.runs.len());
+        telemetry::run_started();
         Box::pin(async move {
             supervisor.send(Run).await.unwrap_or_else(|e| {
                 Err(ReleaseError::Internal(format!(
@@ -257,7 +257,7 @@ impl Handler<RunEnded> for RunRegistry {
     fn handle(&mut self, msg: RunEnded, _: &mut Self::Context) {
         if self.runs.get(&msg.run_id).map(|run| run.supervisor) == Some(msg.supervisor) {
             self.runs.remove(&msg.run_id);
-            telemetry::runs_in_flight(self.runs.len());
+            telemetry::run_ended();
         }
     }
 }
