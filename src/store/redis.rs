@@ -80,6 +80,42 @@ redis.call("DEL", KEYS[1])
 return {what, ""}
 "#;
 
+/// What both record-reading scripts share: `put` appends one item of the answer (see
+/// [`Items`]), `read_record` appends one record's answer. Its guard fields (`fields`) are
+/// read whole only when they total at most `max_record` bytes and fit in `budget`; it
+/// answers the budget left. A record answer is `ok` SIZE fields... | `missing` |
+/// `wrong_type` TYPE | `too_large` SIZE | `over_budget` SIZE.
+macro_rules! record_reader_lua {
+    () => {
+        r#"
+local out = {}
+local function put(s)
+  if s then
+    s = tostring(s)
+    out[#out + 1] = #s .. ":"
+    out[#out + 1] = s
+  else
+    out[#out + 1] = "-"
+  end
+end
+local function read_record(key, fields, max_record, budget)
+  local kind = redis.call("TYPE", key)["ok"]
+  if kind == "none" then put("missing") return budget end
+  if kind ~= "hash" then put("wrong_type") put(kind) return budget end
+  local size = 0
+  for _, f in ipairs(fields) do size = size + redis.call("HSTRLEN", key, f) end
+  if size > max_record then put("too_large") put(size) return budget end
+  if size > budget then put("over_budget") put(size) return budget end
+  put("ok")
+  put(size)
+  local values = redis.call("HMGET", key, unpack(fields))
+  for j = 1, #fields do put(values[j]) end
+  return budget - size
+end
+"#
+    };
+}
+
 /// Everything a release reads of its run, in one step: the cancel marker, the calls list
 /// (bounded: its most recent ARGV[1] ids, each at most ARGV[2] bytes; longer ones are
 /// answered as "" and not looked up) and the guard's fields of the records of the cited
@@ -93,24 +129,15 @@ return {what, ""}
 ///
 /// The answer is one string of items ([`Items`]: `LEN:BYTES`, or `-` for nil), which costs
 /// far less to read than nested replies: marker (`0`/`1`); calls: `ok` N ids... | `missing`
-/// | `wrong_type` TYPE; then M and per record: id, `ok` SIZE fields... | `missing` |
-/// `wrong_type` TYPE | `too_large` SIZE | `over_budget` SIZE.
-const LOAD_SCRIPT: &str = r#"
+/// | `wrong_type` TYPE; then the records as [`read_records`] reads them.
+const LOAD_SCRIPT: &str = concat!(
+    record_reader_lua!(),
+    r#"
 local max_calls, max_id = tonumber(ARGV[1]), tonumber(ARGV[2])
 local max_record, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 local prefix = ARGV[5]
 local fields = {}
 for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
-local out = {}
-local function put(s)
-  if s then
-    s = tostring(s)
-    out[#out + 1] = #s .. ":"
-    out[#out + 1] = s
-  else
-    out[#out + 1] = "-"
-  end
-end
 put(redis.call("EXISTS", KEYS[2]))
 local listed = {}
 local t = redis.call("TYPE", KEYS[1])["ok"]
@@ -176,63 +203,29 @@ end
 put(#ids)
 for i, key in ipairs(keys) do
   put(ids[i])
-  local kind = redis.call("TYPE", key)["ok"]
-  if kind == "none" then
-    put("missing")
-  elseif kind ~= "hash" then
-    put("wrong_type")
-    put(kind)
-  else
-    local size = 0
-    for _, f in ipairs(fields) do size = size + redis.call("HSTRLEN", key, f) end
-    if size > max_record then
-      put("too_large")
-      put(size)
-    elseif size > budget then
-      put("over_budget")
-      put(size)
-    else
-      budget = budget - size
-      put("ok")
-      put(size)
-      local values = redis.call("HMGET", key, unpack(fields))
-      for j = 1, #fields do put(values[j]) end
-    end
-  end
+  budget = read_record(key, fields, max_record, budget)
 end
 return table.concat(out)
-"#;
+"#
+);
 
-/// The guard's fields of each record (KEYS, in priority order), bounded as in
-/// [`LOAD_SCRIPT`], for the ids a repaired Draft cites that the load did not read.
-/// ARGV: max record bytes, budget, the fields. Answers per key as [`LOAD_SCRIPT`]'s records.
-const RECORDS_SCRIPT: &str = r#"
-local max_record = tonumber(ARGV[1])
-local budget = tonumber(ARGV[2])
+/// The guard's fields of the records of KEYS (in priority order; the ids a repaired Draft
+/// cites that the load did not read), bounded as in [`LOAD_SCRIPT`] and answered as its
+/// records are. ARGV: max record bytes, budget, the run's record key prefix, the fields.
+const RECORDS_SCRIPT: &str = concat!(
+    record_reader_lua!(),
+    r#"
+local max_record, budget, prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local fields = {}
-for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
-local out = {}
-for i, key in ipairs(KEYS) do
-  local t = redis.call("TYPE", key)["ok"]
-  if t == "none" then
-    out[i] = {"missing"}
-  elseif t ~= "hash" then
-    out[i] = {"wrong_type", t}
-  else
-    local size = 0
-    for _, f in ipairs(fields) do size = size + redis.call("HSTRLEN", key, f) end
-    if size > max_record then
-      out[i] = {"too_large", size}
-    elseif size > budget then
-      out[i] = {"over_budget", size}
-    else
-      budget = budget - size
-      out[i] = {"ok", size, redis.call("HMGET", key, unpack(fields))}
-    end
-  end
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+put(#KEYS)
+for _, key in ipairs(KEYS) do
+  put(string.sub(key, #prefix + 1))
+  budget = read_record(key, fields, max_record, budget)
 end
-return out
-"#;
+return table.concat(out)
+"#
+);
 
 /// Renews a lease only while the lock still holds this token. Sent as EVAL (not EVALSHA)
 /// inside the watch pipeline, so a Redis that forgot its scripts needs no second trip.
@@ -527,26 +520,28 @@ impl RedisStore {
         for id in ids {
             invocation.key(self.keys.call(run, id));
         }
-        invocation.arg(max_record_bytes).arg(budget);
+        invocation
+            .arg(max_record_bytes)
+            .arg(budget)
+            .arg(self.keys.call(run, ""));
         for field in RECORD_FIELDS {
             invocation.arg(field);
         }
         let mut conn = self.conn.clone();
-        let answer: redis::Value = invocation
+        let answer: Vec<u8> = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(failed("load_records"))?;
-        let mut loaded = LoadedRecords::default();
-        for (id, found) in ids.iter().zip(array(answer)) {
-            absorb_record(
-                &mut loaded,
-                id.clone(),
-                found,
-                max_record_bytes,
-                "load_records",
-            )?;
-        }
-        Ok(loaded)
+        let mut items = Items { bytes: &answer };
+        read_records(&mut items, max_record_bytes)
+            .and_then(|loaded| items.end().map(|()| loaded))
+            .map_err(|what| {
+                telemetry::store_error("load_records");
+                StoreError::unavailable(
+                    "load_records",
+                    format!("unexpected {what} from the records script"),
+                )
+            })
     }
 
     pub(super) async fn is_cancelled(&self, run: &str) -> Result<bool, StoreError> {
@@ -801,38 +796,7 @@ impl RedisStore {
     }
 }
 
-/// The items of an array reply (nothing for any other reply).
-fn array(value: redis::Value) -> Vec<redis::Value> {
-    match value {
-        redis::Value::Array(items) => items,
-        _ => Vec::new(),
-    }
-}
-
-/// The bytes of a string reply.
-fn bytes(value: redis::Value) -> Option<Vec<u8>> {
-    match value {
-        redis::Value::BulkString(b) => Some(b),
-        redis::Value::SimpleString(s) => Some(s.into_bytes()),
-        _ => None,
-    }
-}
-
-/// A short status word from a script (always ASCII).
-fn text(value: Option<redis::Value>) -> Option<String> {
-    value
-        .and_then(bytes)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-}
-
-fn number(value: Option<redis::Value>) -> u64 {
-    match value {
-        Some(redis::Value::Int(n)) => n.max(0) as u64,
-        _ => 0,
-    }
-}
-
-/// The items of the load script's answer: `LEN:BYTES`, or `-` for nil.
+/// The items of a record-reading script's answer: `LEN:BYTES`, or `-` for nil.
 struct Items<'a> {
     bytes: &'a [u8],
 }
@@ -870,6 +834,15 @@ impl<'a> Items<'a> {
     fn number(&mut self, what: &'static str) -> Result<u64, &'static str> {
         self.text(what)?.parse().map_err(|_| what)
     }
+
+    /// Nothing may follow the last item.
+    fn end(&self) -> Result<(), &'static str> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err("trailing bytes")
+        }
+    }
 }
 
 /// The load script's answer ([`LOAD_SCRIPT`]): marker, calls list, records.
@@ -904,6 +877,18 @@ fn read_load(
         )),
         _ => return Err("calls answer"),
     };
+    let loaded = read_records(&mut items, max_record_bytes)?;
+    items.end()?;
+    Ok((marker, calls, loaded))
+}
+
+/// The records of a script's answer ([`record_reader_lua`]): their number, then per
+/// record its id and its answer. A missing record is left out; an unreadable one is an
+/// unusable call with its rule.
+fn read_records(
+    items: &mut Items<'_>,
+    max_record_bytes: u64,
+) -> Result<LoadedRecords, &'static str> {
     let mut loaded = LoadedRecords::default();
     for _ in 0..items.number("number of records")? {
         let id = items.text("record id")?.to_string();
@@ -947,71 +932,7 @@ fn read_load(
         };
         loaded.unreadable.insert(id, why);
     }
-    if !items.bytes.is_empty() {
-        return Err("trailing bytes");
-    }
-    Ok((marker, calls, loaded))
-}
-
-/// One record as a script answered it, into `loaded`: its fields, or why it is unreadable
-/// (nothing for a missing record).
-fn absorb_record(
-    loaded: &mut LoadedRecords,
-    id: String,
-    found: redis::Value,
-    max_record_bytes: u64,
-    op: &'static str,
-) -> Result<(), StoreError> {
-    let mut parts = array(found).into_iter();
-    let status = text(parts.next()).unwrap_or_default();
-    let why = match status.as_str() {
-        "missing" => return Ok(()),
-        "ok" => {
-            let size = number(parts.next());
-            let values = array(parts.next().unwrap_or(redis::Value::Nil));
-            match decode_fields(values) {
-                Ok(record) => {
-                    loaded.bytes += size;
-                    loaded.records.insert(id, record);
-                    return Ok(());
-                }
-                Err(field) => CallRejection::new(
-                    Rule::RecordNotUtf8,
-                    format!("the record's {field} is not UTF-8"),
-                ),
-            }
-        }
-        "wrong_type" => CallRejection::new(
-            Rule::RecordWrongType,
-            format!(
-                "the record is a {}, not a hash",
-                text(parts.next()).unwrap_or_default()
-            ),
-        ),
-        "too_large" => super::record_too_large(number(parts.next()), max_record_bytes),
-        "over_budget" => super::record_over_budget(number(parts.next())),
-        other => {
-            return Err(StoreError::unavailable(
-                op,
-                format!("unexpected answer {other:?} from the records script"),
-            ))
-        }
-    };
-    loaded.unreadable.insert(id, why);
-    Ok(())
-}
-
-/// The record's fields (in `RECORD_FIELDS` order; nil = absent) decoded as UTF-8, or the
-/// name of the first field that is not.
-fn decode_fields(values: Vec<redis::Value>) -> Result<RawRecord, &'static str> {
-    let mut record = RawRecord::new();
-    for (field, value) in RECORD_FIELDS.iter().zip(values) {
-        if let Some(b) = bytes(value) {
-            let text = String::from_utf8(b).map_err(|_| *field)?;
-            record.insert((*field).to_string(), text);
-        }
-    }
-    Ok(record)
+    Ok(loaded)
 }
 
 /// A live subscription to `P:cancel`; dropping it closes its connection.
