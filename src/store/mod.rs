@@ -194,7 +194,7 @@ pub struct LoadedRecords {
     pub bytes: u64,
 }
 
-/// What a release read of its run ([`Store::load_evidence`]).
+/// What a release read of its run ([`Store::load`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
     /// The cancel marker was set when the evidence was read.
