@@ -6,7 +6,7 @@ import re, subprocess, sys
 
 def costs(path, inclusive):
     out = subprocess.run(["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}",
-                          "--threshold=100", path], capture_output=True, text=True).stdout
+                          "--threshold=100", "--auto=no", path], capture_output=True, text=True).stdout
     table = {}
     for line in out.splitlines():
         m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)", line)
