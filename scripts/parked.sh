@@ -69,6 +69,9 @@ wait "$driver" || echo "the soak reported violations: $(cat "$work/soak-$latency
 sleep 2
 after=$(kb VmRSS)
 echo "after they finished: RSS $after kB (+$((after - warm)) kB over the warm-up), runs in flight $(gauge harness_runs_in_flight)"
+sleep 15
+rested=$(kb VmRSS)
+echo "17 s after they finished: RSS $rested kB (+$((rested - warm)) kB over the warm-up)"
 python3 - "$work/soak-$latency.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

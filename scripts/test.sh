@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
+# The service's allocator, jemalloc, is built from its C source: it needs make.
+need_pkg make make
 
 work=$(mktemp -d)
 trap 'cleanup "$work"' EXIT
