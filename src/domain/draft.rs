@@ -190,7 +190,7 @@ impl Draft {
 
     /// Every tool call id the Draft cites, in citation order, without repeats.
     pub fn cited_call_ids(&self) -> Vec<String> {
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = foldhash::HashSet::default();
         self.analyses
             .iter()
             .flat_map(|a| a.tool_call_ids.iter())

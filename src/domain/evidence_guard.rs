@@ -5,7 +5,9 @@
 //! violations, each with a [`Rule`]) and [`review_references`] (the no-conclusion path:
 //! cited calls that are not usable are excluded, never errors).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
+
+use foldhash::HashSet;
 
 use serde::Serialize;
 
@@ -146,8 +148,8 @@ pub struct RunEvidence {
 pub struct ResolvedRun {
     pub run_id: String,
     pub calls: Vec<String>,
-    pub usable: HashMap<String, UsableCall>,
-    pub rejected: HashMap<String, CallRejection>,
+    pub usable: foldhash::HashMap<String, UsableCall>,
+    pub rejected: foldhash::HashMap<String, CallRejection>,
 }
 
 impl RunEvidence {
@@ -206,7 +208,7 @@ impl ResolvedRun {
 
     /// The run's usable calls in call order (the ProgressSnapshot's raw material).
     pub fn usable_in_call_order(&self) -> Vec<&UsableCall> {
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         self.calls
             .iter()
             .filter(|id| seen.insert(id.as_str()))

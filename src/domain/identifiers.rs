@@ -11,7 +11,7 @@
 //! substring that starts with `P:run:` or `P:release:` and runs to the next whitespace or
 //! quote character.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 
 use super::draft::{AnalysisKind, Draft};
 use super::evidence_guard::{ResolvedRun, Rule, Violation};

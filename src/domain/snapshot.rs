@@ -7,7 +7,7 @@
 //! of CONTRACT §3. Every string they copy from a record goes through a [`Redactor`]:
 //! masked and bounded (`evidence.*`), so the shown scope is not the record's scope verbatim.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -268,7 +268,7 @@ fn distinct_sources<'a>(
 ) -> Result<Vec<VerifiedSource>, usize> {
     // Scopes are compared as JSON values (Value has no Hash): per (tool, source), the
     // scopes already taken. Only a distinct source is copied.
-    let mut seen: HashMap<(ToolName, &str), Vec<&Value>> = HashMap::new();
+    let mut seen: HashMap<(ToolName, &str), Vec<&Value>> = HashMap::default();
     let mut out = Vec::new();
     let mut size = 2usize; // []
     for (tool, source, scope) in candidates {

@@ -85,7 +85,14 @@ pub fn push_escaped(out: &mut Vec<u8>, bytes: &[u8], strip: bool) {
     let mut start = 0;
     let mut i = 0;
     while i < bytes.len() {
-        // Most bytes are written as they are: skip them with one lookup each.
+        // Most bytes are written as they are: skip eight at a time while none of them can
+        // be special, then one lookup each up to the next special byte.
+        while let Some(chunk) = bytes.get(i..i + 8) {
+            if chunk_may_be_special(chunk, strip) {
+                break;
+            }
+            i += 8;
+        }
         while i < bytes.len() && !special[bytes[i] as usize] {
             i += 1;
         }
@@ -120,6 +127,24 @@ pub fn push_escaped(out: &mut Vec<u8>, bytes: &[u8], strip: bool) {
         }
     }
     out.extend_from_slice(&bytes[start..]);
+}
+
+/// Whether one of the eight bytes of `chunk` may need a closer look: a control byte, `"`,
+/// `\\`, or (when stripping invisible controls) any byte of a non-ASCII character. Exact for
+/// the first three (the classic "has a byte less than / equal to" word tests), conservative
+/// for the last; a `true` only sends the chunk through the byte-by-byte loop.
+fn chunk_may_be_special(chunk: &[u8], strip: bool) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut word = [0u8; 8];
+    word.copy_from_slice(chunk);
+    let v = u64::from_le_bytes(word);
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH != 0;
+    let control = v.wrapping_sub(ONES * 0x20) & !v & HIGH != 0;
+    control
+        || has_zero(v ^ (ONES * u64::from(b'"')))
+        || has_zero(v ^ (ONES * u64::from(b'\\')))
+        || (strip && v & HIGH != 0)
 }
 
 /// Appends `text` as a whole JSON string (quotes included).
@@ -210,6 +235,24 @@ mod tests {
                 invisible_len(c.encode_utf8(&mut b).as_bytes()) == 0
             }).collect();
             prop_assert_eq!(serde_json::from_str::<String>(&stripped).unwrap(), expected);
+        }
+
+        /// Mostly plain ASCII with the odd special byte at any offset: the eight-byte skip
+        /// must never step over one.
+        #[test]
+        fn the_word_skip_never_steps_over_a_special_byte(
+            text in "[ -~]{0,40}[\"\\\\\n\t\u{1}\u{1f}\u{7f}\u{200B}é]?[ -~]{0,40}[\"\u{FEFF}]?[ -~]{0,20}"
+        ) {
+            let json = format!("\"{}\"", escaped(&text, false));
+            prop_assert_eq!(&json, &serde_json::to_string(&text).unwrap());
+            let expected: String = text.chars().filter(|c| {
+                let mut b = [0u8; 4];
+                invisible_len(c.encode_utf8(&mut b).as_bytes()) == 0
+            }).collect();
+            prop_assert_eq!(
+                format!("\"{}\"", escaped(&text, true)),
+                serde_json::to_string(&expected).unwrap()
+            );
         }
     }
 }
