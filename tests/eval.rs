@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
-use release_harness::eval::report::Judged;
-use release_harness::eval::{load_corpus, run_eval, Label, Progress};
+use release_harness::eval::report::{EvalReport, Judged};
+use release_harness::eval::{load_corpus, run_eval, EvalCase, Label, Progress};
 use release_harness::soak::fake_model::{FakeModel, FakeModelOptions};
 use serde_json::Value;
 use wiremock::{MockServer, ResponseTemplate};
@@ -50,9 +50,9 @@ fn the_shipped_corpus_has_at_least_60_valid_labelled_cases_of_every_category() {
     // shown by the runs below: a case that does not is NOT_JUDGED.
 }
 
-#[actix_rt::test]
-async fn a_judge_that_always_answers_supported_releases_every_unsupported_case() {
-    let model = FakeModel::start("127.0.0.1:0", FakeModelOptions::default()).unwrap();
+/// The whole corpus judged by the soak's fake model (over real HTTP) with `options`.
+async fn eval_on_the_fake_model(options: FakeModelOptions) -> (Vec<EvalCase>, EvalReport) {
+    let model = FakeModel::start("127.0.0.1:0", options).unwrap();
     let cases = load_corpus(&corpus()).unwrap();
     let report = run_eval(
         &config(Some(&model.url)),
@@ -63,6 +63,12 @@ async fn a_judge_that_always_answers_supported_releases_every_unsupported_case()
     .await
     .unwrap();
     model.stop().await;
+    (cases, report)
+}
+
+#[actix_rt::test]
+async fn a_judge_that_always_answers_supported_releases_every_unsupported_case() {
+    let (cases, report) = eval_on_the_fake_model(FakeModelOptions::default()).await;
     let unsupported = cases
         .iter()
         .filter(|c| c.label == Label::Unsupported)
@@ -87,17 +93,7 @@ async fn a_judge_that_always_answers_unsupported_blocks_every_supported_case() {
         default_verdict: "UNSUPPORTED".into(),
         ..FakeModelOptions::default()
     };
-    let model = FakeModel::start("127.0.0.1:0", options).unwrap();
-    let cases = load_corpus(&corpus()).unwrap();
-    let report = run_eval(
-        &config(Some(&model.url)),
-        &corpus(),
-        &cases,
-        Progress::Hidden,
-    )
-    .await
-    .unwrap();
-    model.stop().await;
+    let (_, report) = eval_on_the_fake_model(options).await;
     assert_eq!(report.false_release_rate, Some(0.0));
     assert_eq!(report.false_block_rate, Some(1.0));
     assert_eq!(report.injection_success_rate, Some(0.0));

@@ -156,11 +156,9 @@ async fn cancel_during_a_pending_semantic_call_answers_cancelled_and_closes_the_
         released.result.fallback_type, None,
         "a cancel is not converted into a fallback"
     );
-    assert_eq!(
-        hanging.next(Duration::from_secs(2)).await,
-        Some(Event::Closed),
-        "the model connection is closed"
-    );
+    hanging
+        .expect_closed("the model connection is closed")
+        .await;
     let audit: Value =
         serde_json::from_str(&store.get_audit(&run).await.unwrap().unwrap()).unwrap();
     assert_eq!(audit["cancelled_by"], "http");
@@ -194,10 +192,9 @@ async fn cancel_during_a_pending_repair_call_answers_cancelled() {
         .unwrap()
         .unwrap();
     assert_eq!(released.result.outcome.as_str(), "CANCELLED");
-    assert_eq!(
-        hanging.next(Duration::from_secs(2)).await,
-        Some(Event::Closed)
-    );
+    hanging
+        .expect_closed("the pending model call was aborted")
+        .await;
 }
 
 #[actix_rt::test]

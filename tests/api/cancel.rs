@@ -35,11 +35,7 @@ async fn cancel_during_a_pending_model_call_answers_cancelled_and_closes_the_mod
         .expect("answered promptly");
     assert_eq!(result["outcome"], "CANCELLED");
     assert_eq!(result["fallback_type"], Value::Null);
-    assert_eq!(
-        hanging.next(Duration::from_secs(2)).await,
-        Some(Event::Closed),
-        "the model connection closed"
-    );
+    hanging.expect_closed("the model connection closed").await;
     let audit = json(app.get(&format!("/v1/runs/{run}/audit")).await).await;
     assert_eq!(audit["cancelled_by"], "http");
     assert!(
@@ -94,10 +90,9 @@ async fn cancel_through_replica_b_aborts_the_release_on_replica_a() {
         .await
         .expect("A answered");
     assert_eq!(result["outcome"], "CANCELLED");
-    assert_eq!(
-        hanging.next(Duration::from_secs(2)).await,
-        Some(Event::Closed)
-    );
+    hanging
+        .expect_closed("the pending model call was aborted")
+        .await;
     let audit = json(a.get(&format!("/v1/runs/{run}/audit")).await).await;
     assert_eq!(
         audit["cancelled_by"], "pubsub",

@@ -451,9 +451,7 @@ async fn a_cancel_reaches_the_release_after_the_node_holding_the_subscriptions_i
         .expect("the cancel reached replica A")
         .unwrap();
     assert_eq!(json(answer).await["outcome"], "CANCELLED");
-    assert_eq!(
-        hanging.next(Duration::from_secs(2)).await,
-        Some(Event::Closed),
-        "the pending model call was aborted"
-    );
+    hanging
+        .expect_closed("the pending model call was aborted")
+        .await;
 }

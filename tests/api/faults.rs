@@ -244,11 +244,9 @@ async fn a_cancel_sent_after_client_kill_type_pubsub_is_answered_cancelled_withi
         stored_json(a.stored(&format!("release:{{{run}}}")).await),
         Some(answer)
     );
-    assert_eq!(
-        hanging.next(Duration::from_secs(2)).await,
-        Some(Event::Closed),
-        "the pending model call was aborted"
-    );
+    hanging
+        .expect_closed("the pending model call was aborted")
+        .await;
 }
 
 #[actix_rt::test]
@@ -263,11 +261,9 @@ async fn a_marker_set_directly_in_redis_during_a_model_call_is_answered_cancelle
         .expect("noticed by the marker poll within 1 s")
         .unwrap();
     assert_eq!(json(answer).await["outcome"], "CANCELLED");
-    assert_eq!(
-        hanging.next(Duration::from_secs(2)).await,
-        Some(Event::Closed),
-        "the pending model call was aborted"
-    );
+    hanging
+        .expect_closed("the pending model call was aborted")
+        .await;
     let audit = json(app.get(&format!("/v1/runs/{run}/audit")).await).await;
     assert_eq!(audit["cancelled_by"], "marker");
     assert_eq!(audit["outcome"], "CANCELLED");
@@ -353,11 +349,9 @@ async fn a_renewal_that_finds_the_lock_gone_aborts_the_release_and_its_model_cal
         .unwrap();
     assert_eq!(answer.headers().get("retry-after").unwrap(), "1");
     assert_eq!(error_code(answer, 409).await, "lock_lost");
-    assert_eq!(
-        hanging.next(Duration::from_secs(2)).await,
-        Some(Event::Closed),
-        "the pending model call was aborted"
-    );
+    hanging
+        .expect_closed("the pending model call was aborted")
+        .await;
     assert_eq!(app.stored(&format!("release:{{{run}}}")).await, None);
 }
 

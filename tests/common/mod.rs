@@ -220,6 +220,16 @@ impl HangingModel {
         HangingModel { url, received }
     }
 
+    /// Asserts that the harness closes the pending call's connection within 2 s: the model
+    /// call was really aborted, not left running.
+    pub async fn expect_closed(&mut self, why: &str) {
+        assert_eq!(
+            self.next(std::time::Duration::from_secs(2)).await,
+            Some(Event::Closed),
+            "{why}"
+        );
+    }
+
     /// Waits (in real time) for the next event.
     pub async fn next(&mut self, within: std::time::Duration) -> Option<Event> {
         let deadline = std::time::Instant::now() + within;
