@@ -166,10 +166,10 @@ for _ in $(seq 1 400); do
     sleep 0.05
 done
 [[ -n "$busy" ]] || die "the judge request never reached llama-server's slot"
-t0=$(date +%s.%N)
+t0=$(date +%s%3N)
 curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$HPORT/v1/runs/$run_id/cancel" >"$OUT/cancel-status.txt"
 wait "$release_pid"
-t1=$(date +%s.%N)
+t1=$(date +%s%3N)
 # The server's work must stop: its log says it cancelled the task, or its slot is idle
 # within 2 s. llama-server's request thread checks the client's connection only when it has
 # waited a whole second without any result arriving, and every /slots answer is a result that
@@ -178,8 +178,7 @@ t1=$(date +%s.%N)
 # cancel, then every 2 s. A slot reading a long prompt takes the cancel between its batches.
 idle=""; logged=""; idle_ms=""; logged_ms=""; next_slots=2
 for _ in $(seq 1 600); do
-    now=$(date +%s.%N)
-    elapsed=$(python3 -c "print(round(($now-$t0)*1000))")
+    elapsed=$(($(date +%s%3N) - t0))
     if [[ -z "$logged" ]] && grep -q 'cancel task' "$OUT/llama-server.log"; then
         logged=1; logged_ms=$elapsed
     fi
@@ -193,7 +192,7 @@ for _ in $(seq 1 600); do
     sleep 0.1
 done
 outcome="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["outcome"])' "$OUT/cancel-result.json")"
-answered_ms=$(python3 -c "print(round(($t1-$t0)*1000))")
+answered_ms=$((t1 - t0))
 printf 'cancel: HTTP %s, release answered %s after %s ms; llama-server logged "cancel task" after %s ms, slot idle after %s ms\n' \
     "$(cat "$OUT/cancel-status.txt")" "$outcome" "$answered_ms" "${logged_ms:-(never)}" "${idle_ms:-(never)}" \
     | tee "$OUT/cancel.txt" >&2

@@ -8,13 +8,6 @@
 
 use std::process::ExitCode;
 
-// jemalloc, not glibc's malloc: about a fifth fewer instructions per release, less memory per
-// parked release, and (with its background thread) the memory of finished releases goes back
-// to the system within seconds, where glibc's per-thread arenas keep it (README, "Speed and
-// memory").
-#[global_allocator]
-static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
 use clap::{Parser, Subcommand};
 use release_harness::check::{describe, run_check, seed_redis, RunBundle};
 use release_harness::config::Config;
@@ -22,6 +15,13 @@ use release_harness::http::{Application, StartError};
 use release_harness::soak::fake_model::{FakeModel, FakeModelOptions};
 use release_harness::soak::SoakArgs;
 use release_harness::telemetry;
+
+// jemalloc, not glibc's malloc: about a fifth fewer instructions per release, less memory per
+// parked release, and (with its background thread) the memory of finished releases goes back
+// to the system within seconds, where glibc's per-thread arenas keep it (README, "Speed and
+// memory").
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser)]
 #[command(
