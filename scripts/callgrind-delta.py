@@ -13,7 +13,10 @@ def costs(path, inclusive):
         if m and "PROGRAM TOTALS" not in line:
             name = re.sub(r"\s*\[[^\]]*\]$", "", m.group(2))
             name = re.sub(r"^.*?:(?=[^/]*$)", "", name, count=1) if ":" in name else name
-            table[name] = table.get(name, 0) + int(m.group(1).replace(",", ""))
+            cost = int(m.group(1).replace(",", ""))
+            # A function is listed once per source file its code comes from: its own cost
+            # is the sum of those rows, but each row's inclusive cost is already the whole.
+            table[name] = max(table.get(name, 0), cost) if inclusive else table.get(name, 0) + cost
     return table
 
 long, short, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
