@@ -10,7 +10,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::identifiers::RunIdentifiers;
+use super::identifiers::{Piece, RunIdentifiers};
 
 /// The end of every string that was cut.
 pub const TRUNCATED: &str = "…[truncated]";
@@ -173,8 +173,9 @@ impl<'a> Redactor<'a> {
     fn cut(&self, text: &str, max_chars: usize) -> (String, bool) {
         let max_bytes = self.limits.max_string_bytes;
         let mut out = String::new();
-        let (mut bytes, mut chars, mut cut) = (0usize, 0usize, false);
+        let (mut bytes, mut chars, mut cut, mut masked) = (0usize, 0usize, false, false);
         'pieces: for piece in self.ids.pieces(text) {
+            masked |= !matches!(piece, Piece::Text(_));
             let shown = piece.masked();
             // Plain ASCII (nothing JSON escapes): one byte per character, taken whole when
             // it fits.
@@ -207,7 +208,9 @@ impl<'a> Redactor<'a> {
             }
             out.push_str(TRUNCATED);
         }
-        if self.ids.first_in(&out).is_some() {
+        // Untouched, the copy is the text, in which `pieces` found no identifier; only a
+        // mask or a cut can have written one (e.g. `x.` before a mask, a cut after `c-1`).
+        if (masked || cut) && self.ids.first_in(&out).is_some() {
             return (MASKED.to_string(), true);
         }
         (out, cut)

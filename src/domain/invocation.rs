@@ -257,9 +257,18 @@ pub struct UsableCall {
     pub tool: ToolName,
     pub evidence_status: EvidenceStatus,
     pub projection: Projection,
-    /// The projection's `scope`, unchanged (key order and number forms as the agent wrote them).
-    pub scope: Value,
     pub finished_at: Option<String>,
+}
+
+impl UsableCall {
+    /// The projection's `scope`, unchanged (key order and number forms as the agent wrote them).
+    pub fn scope(&self) -> &Value {
+        match &self.projection {
+            Projection::Rag(p) => &p.scope.raw,
+            Projection::Log(p) => &p.scope.raw,
+            Projection::Mysql(p) => &p.scope.raw,
+        }
+    }
 }
 
 /// Why a call is not usable: the rule it breaks and a detail that never quotes raw data.
@@ -373,17 +382,11 @@ pub fn resolve_call(
             format!("{} disagrees with the projection's data", status.as_str()),
         ));
     }
-    let scope = match &projection {
-        Projection::Rag(p) => p.scope.raw.clone(),
-        Projection::Log(p) => p.scope.raw.clone(),
-        Projection::Mysql(p) => p.scope.raw.clone(),
-    };
     Ok(UsableCall {
         tool_call_id: call_id.to_string(),
         tool,
         evidence_status: status,
         projection,
-        scope,
         finished_at: field("finished_at").map(str::to_string),
     })
 }
@@ -569,7 +572,7 @@ pub(crate) mod tests {
         ] {
             let call = resolve_call("r", "c", Some(&rec)).unwrap();
             let original: Value = serde_json::from_str(&rec["agent_result"]).unwrap();
-            assert_eq!(call.scope, original["scope"]);
+            assert_eq!(call.scope(), &original["scope"]);
         }
         let rag = resolve_call("r", "c", Some(&rag_found("r", "c"))).unwrap();
         assert_eq!(rag.projection.sources(), vec!["kb-123"]);

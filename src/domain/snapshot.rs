@@ -194,7 +194,7 @@ impl EvidenceItem {
         EvidenceItem {
             tool: call.tool,
             evidence_status: call.evidence_status,
-            scope: redact.scope(&call.scope),
+            scope: redact.scope(call.scope()),
             observed_at: optional(&call.finished_at),
             data,
         }
@@ -319,13 +319,13 @@ impl ProgressSnapshot {
         let usable = run.usable_in_call_order();
         let recent = &usable[usable.len().saturating_sub(max_facts)..];
         // Each call bounded once: its fact, and its sources with the same bounded scope.
-        let shown: Vec<(ObservedFact, Vec<String>)> = recent
+        let mut shown: Vec<(ObservedFact, Vec<String>)> = recent
             .iter()
             .map(|call| {
                 let fact = ObservedFact {
                     tool: call.tool,
                     evidence_status: call.evidence_status,
-                    scope: redact.scope(&call.scope),
+                    scope: redact.scope(call.scope()),
                     summary: summarize(call, redact),
                 };
                 let sources = call
@@ -357,7 +357,7 @@ impl ProgressSnapshot {
             );
             if let Ok(verified_sources) = sources {
                 return ProgressSnapshot {
-                    facts: kept.iter().map(|(fact, _)| fact.clone()).collect(),
+                    facts: shown.drain(start..).map(|(fact, _)| fact).collect(),
                     verified_sources,
                     facts_dropped: start,
                 };
@@ -424,27 +424,25 @@ fn plural(n: u64, one: &str, many: &str) -> String {
 
 /// `10:00–11:00` within one UTC day, full dates otherwise, the (bounded) text if unparseable.
 fn window(from: &str, to: &str, redact: &Redactor) -> String {
-    use chrono::{DateTime, Timelike, Utc};
+    use chrono::{DateTime, Datelike, Timelike, Utc};
     let parse = |s: &str| DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc));
     match (parse(from), parse(to)) {
         (Ok(a), Ok(b)) => {
+            // Written by hand: chrono's `format` parses its pattern on every call. RFC 3339
+            // years have four digits, so `{:04}` writes what `%Y` would.
             let clock = |t: &DateTime<Utc>| {
                 if t.second() == 0 {
-                    t.format("%H:%M").to_string()
+                    format!("{:02}:{:02}", t.hour(), t.minute())
                 } else {
-                    t.format("%H:%M:%S").to_string()
+                    format!("{:02}:{:02}:{:02}", t.hour(), t.minute(), t.second())
                 }
             };
+            let date =
+                |t: &DateTime<Utc>| format!("{:04}-{:02}-{:02}", t.year(), t.month(), t.day());
             if a.date_naive() == b.date_naive() {
                 format!("{}–{}", clock(&a), clock(&b))
             } else {
-                format!(
-                    "{} {}–{} {}",
-                    a.format("%Y-%m-%d"),
-                    clock(&a),
-                    b.format("%Y-%m-%d"),
-                    clock(&b)
-                )
+                format!("{} {}–{} {}", date(&a), clock(&a), date(&b), clock(&b))
             }
         }
         _ => format!("{}–{}", redact.text(from), redact.text(to)),

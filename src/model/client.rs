@@ -65,7 +65,7 @@ impl ModelClient {
     pub async fn send(&self, request: &PreparedRequest) -> Result<Value, SendFailure> {
         self.client
             .chat()
-            .create_byot::<&serde_json::value::RawValue, Value>(request.body())
+            .create_byot::<&super::prompts::RequestBody, Value>(request.body())
             .await
             .map_err(classify)
     }

@@ -9,7 +9,7 @@
 use std::sync::{Arc, LazyLock};
 
 use serde::Serialize;
-use serde_json::{json, value::RawValue, Value};
+use serde_json::{json, Value};
 
 use super::body;
 use crate::config::StructuredOutput;
@@ -21,18 +21,51 @@ use crate::domain::snapshot::VerifiedSnapshot;
 /// A chat-completions request body, written once. Cloning shares the bytes.
 #[derive(Debug, Clone)]
 pub struct PreparedRequest {
-    body: Arc<RawValue>,
+    body: RequestBody,
     /// `max_tokens` of the request (the reservation's output share).
     pub max_output_tokens: u32,
 }
 
+/// The exact bytes of a request body: one JSON document, written by the harness's own
+/// writers ([`write_chat_body`], or `serde_json` for the probe's canary).
+#[derive(Debug, Clone)]
+pub struct RequestBody(Arc<str>);
+
+impl RequestBody {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Serializes as the JSON text itself, byte for byte, the way `serde_json`'s own `RawValue`
+/// does (a struct named with serde_json's raw-value token, which its serializer writes out
+/// verbatim). Unlike a `RawValue`, building one does not parse the text again to check it:
+/// a judged release spent about 46k instructions on that check (callgrind). The test
+/// `a_request_body_serializes_as_its_exact_bytes` catches a serde_json that stops honouring
+/// the token.
+impl Serialize for RequestBody {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+        let mut raw = serializer.serialize_struct(RAW_VALUE_TOKEN, 1)?;
+        raw.serialize_field(RAW_VALUE_TOKEN, self.get())?;
+        raw.end()
+    }
+}
+
 impl PreparedRequest {
-    /// Checks once that the written bytes are one JSON document, so that every attempt
-    /// sends them as they are.
+    /// Takes the written bytes as they are, so that every attempt sends them unchanged.
+    /// They are not parsed again: the writers emit one JSON document by construction (the
+    /// tests parse every kind of request they write), and debug builds check it.
     fn from_bytes(bytes: Vec<u8>, max_output_tokens: u32) -> Result<PreparedRequest, PromptError> {
         let text = String::from_utf8(bytes).map_err(|_| PromptError::NotUtf8)?;
+        debug_assert!(
+            serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok(),
+            "a request body is one JSON document"
+        );
         Ok(PreparedRequest {
-            body: Arc::from(RawValue::from_string(text)?),
+            body: RequestBody(Arc::from(text)),
             max_output_tokens,
         })
     }
@@ -43,7 +76,7 @@ impl PreparedRequest {
     }
 
     /// The exact bytes sent.
-    pub fn body(&self) -> &RawValue {
+    pub fn body(&self) -> &RequestBody {
         &self.body
     }
 
@@ -456,6 +489,19 @@ mod tests {
     use crate::domain::evidence_guard::tests::{good_draft, run_evidence};
     use crate::domain::identifiers::RunIdentifiers;
     use crate::domain::snapshot::SnapshotLimits;
+
+    #[test]
+    fn a_request_body_serializes_as_its_exact_bytes() {
+        // What async-openai does with the body: `serde_json::to_vec` of it.
+        let text =
+            r#"{"model":"m","messages":[{"role":"user","content":"a \"b\" \u0001 é"}],"n":1.5e3}"#;
+        let request = PreparedRequest::from_bytes(text.as_bytes().to_vec(), 8).unwrap();
+        assert_eq!(serde_json::to_vec(request.body()).unwrap(), text.as_bytes());
+        assert_eq!(
+            serde_json::to_vec(&request.body()).unwrap(),
+            text.as_bytes()
+        );
+    }
 
     fn shape(mode: StructuredOutput) -> RequestShape<'static> {
         RequestShape {
