@@ -7,12 +7,16 @@
 # `valgrind --tool=callgrind` twice, on a private Redis, driven by
 # `release-harness soak --only SCENARIO` with the soak's instant fake model: once for a few
 # releases and once for 200 more. The figure is (I(long run) - I(short run)) / (releases
-# between them), so start-up and shutdown cancel out.
+# between them), so start-up and shutdown cancel out. The soak only sends the releases
+# (`--no-audit`): it does not also fetch each run's audit, which is not part of a release
+# (figures before 2026-12-04 counted that GET too; WITH_AUDIT=1 measures that way).
 #   judged         `supported`: one SemanticGuard call, released SUCCESS
 #   deterministic  `no_conclusion`: records loaded and guarded, no model call
 #                  (INSUFFICIENT_EVIDENCE)
 # Usage: scripts/instructions.sh [EXTRA_RELEASES=200]
-#        BIN=path/to/release-harness scripts/instructions.sh   (another build, e.g. before)
+#        BIN=path/to/release-harness scripts/instructions.sh   (another build serves, e.g.
+#                         before; this checkout's build drives it)
+#        WITH_AUDIT=1 ...   the soak also fetches every run's audit, as it does by default
 #        ANNOTATE=1 ...   also keeps the long runs' profiles in soak-reports/ and prints
 #                         their top functions (build with `--profile profiling` for symbols)
 set -euo pipefail
@@ -24,8 +28,11 @@ need_pkg valgrind valgrind
 work=$(mktemp -d)
 trap 'cleanup "$work"' EXIT
 start_redis "$work"
+serve_bin=${BIN:-}
+unset BIN
 release_bin
-bin=$BIN
+driver=$BIN
+bin=${serve_bin:-$driver}
 
 # run_count SCENARIO SECONDS: one callgrind'ed serve driven at 20 releases/s for SECONDS;
 # prints "instructions answered".
@@ -46,10 +53,10 @@ run_count() {
     curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
     sleep 0.1
   done
-  HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn "$bin" soak --only "$scenario" \
+  HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn "$driver" soak --only "$scenario" \
     --target "http://127.0.0.1:$port" --token ins-token --key-prefix "$prefix" \
     --model-listen "127.0.0.1:$model_port" --model-latency-ms 0 \
-    --duration "$seconds" --rate 20 --report-dir "$work/reports" \
+    --duration "$seconds" --rate 20 --report-dir "$work/reports" $([ -n "${WITH_AUDIT:-}" ] || echo --no-audit) \
     >"$work/report-$scenario-$seconds.json" 2>"$work/soak-$scenario-$seconds.log" \
     || { echo "the soak of $scenario reported violations:" >&2; cat "$work/report-$scenario-$seconds.json" >&2; exit 1; }
   kill -TERM "$pid"

@@ -76,6 +76,11 @@ pub struct SoakArgs {
     /// Where the report (report.json, plot.svg) is written.
     #[arg(long, default_value = "soak-reports")]
     pub report_dir: PathBuf,
+    /// Do not fetch each run's audit after its release (the report then has no
+    /// `overhead_ms`): the harness serves the releases alone, as `scripts/instructions.sh`
+    /// measures them.
+    #[arg(long)]
+    pub no_audit: bool,
 }
 
 /// What the request tasks share.
@@ -84,6 +89,8 @@ pub(super) struct Shared {
     /// The harness replicas' base URLs (one unless `--target` is repeated).
     pub(super) targets: Vec<String>,
     chaos: bool,
+    /// Whether each run's audit is fetched for its `overhead_ms` (not with `--no-audit`).
+    fetch_audit: bool,
     retry_for: Duration,
     pub(super) token: String,
     pub(super) prefix: String,
@@ -215,20 +222,10 @@ async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
         };
         *o.entry(key).or_default() += 1;
     }
-    let audit_url = format!("{}/v1/runs/{run}/audit", shared.target(number));
-    let overhead_ms = match shared
-        .client
-        .get(audit_url)
-        .bearer_auth(&shared.token)
-        .send()
-        .await
-    {
-        Ok(r) => r
-            .json::<Value>()
-            .await
-            .ok()
-            .and_then(|a| a["timings"]["overhead_ms"].as_f64()),
-        Err(_) => None,
+    let overhead_ms = if shared.fetch_audit {
+        audit_overhead_ms(&shared, &run, number).await
+    } else {
+        None
     };
     if let Ok(mut s) = shared.samples.lock() {
         s.push(Sample {
@@ -249,6 +246,20 @@ impl Shared {
     fn may_retry(&self, began: Instant) -> bool {
         self.chaos && began.elapsed() < self.retry_for
     }
+}
+
+/// The harness's `timings.overhead_ms` of `run`, from its audit.
+async fn audit_overhead_ms(shared: &Shared, run: &str, number: u64) -> Option<f64> {
+    let audit_url = format!("{}/v1/runs/{run}/audit", shared.target(number));
+    let response = shared
+        .client
+        .get(audit_url)
+        .bearer_auth(&shared.token)
+        .send()
+        .await
+        .ok()?;
+    let audit = response.json::<Value>().await.ok()?;
+    audit["timings"]["overhead_ms"].as_f64()
 }
 
 /// How long to wait before a retry: the answer's Retry-After, else 200 ms.
@@ -402,6 +413,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         client: client.clone(),
         targets: targets.clone(),
         chaos: args.chaos,
+        fetch_audit: !args.no_audit,
         retry_for: Duration::from_secs(args.retry_for),
         token,
         prefix,
