@@ -2,8 +2,8 @@
 //!
 //! A JSON string is escaped as it is written, and a value that travels inside a string
 //! (the Draft and the evidence, serialized as JSON inside the user message) is serialized
-//! through [`StringContent`], which escapes each fragment on its way into the buffer: no
-//! intermediate `String` or `Value` is built, and nothing is escaped twice over.
+//! by [`push_json`] with a formatter that writes it already escaped for the string: no
+//! intermediate `String` or `Value` is built, and nothing is scanned twice over.
 //! Invisible control characters (zero-width, bidirectional) can be dropped on the way.
 
 use std::io;
@@ -80,8 +80,14 @@ pub fn invisible_len(bytes: &[u8]) -> usize {
 /// Appends `bytes` (UTF-8 text) to `out` as the contents of a JSON string, dropping the
 /// invisible controls when `strip` is set.
 pub fn push_escaped(out: &mut Vec<u8>, bytes: &[u8], strip: bool) {
-    let special = if strip { &SPECIAL_STRIP } else { &SPECIAL };
     out.reserve(bytes.len());
+    // Writing into a Vec cannot fail.
+    let _ = write_escaped(out, bytes, strip);
+}
+
+/// [`push_escaped`] into any writer.
+fn write_escaped<W: ?Sized + io::Write>(out: &mut W, bytes: &[u8], strip: bool) -> io::Result<()> {
+    let special = if strip { &SPECIAL_STRIP } else { &SPECIAL };
     let mut start = 0;
     let mut i = 0;
     while i < bytes.len() {
@@ -102,21 +108,25 @@ pub fn push_escaped(out: &mut Vec<u8>, bytes: &[u8], strip: bool) {
         let b = bytes[i];
         let escape = ESCAPE[b as usize];
         if escape != 0 {
-            out.extend_from_slice(&bytes[start..i]);
+            out.write_all(&bytes[start..i])?;
             if escape == b'u' {
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[(b >> 4) as usize]);
-                out.push(HEX[(b & 0xF) as usize]);
+                out.write_all(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 0xF) as usize],
+                ])?;
             } else {
-                out.push(b'\\');
-                out.push(escape);
+                out.write_all(&[b'\\', escape])?;
             }
             i += 1;
             start = i;
         } else if strip && INVISIBLE_LEAD[b as usize] {
             let skip = invisible_len(&bytes[i..]);
             if skip > 0 {
-                out.extend_from_slice(&bytes[start..i]);
+                out.write_all(&bytes[start..i])?;
                 i += skip;
                 start = i;
             } else {
@@ -126,7 +136,7 @@ pub fn push_escaped(out: &mut Vec<u8>, bytes: &[u8], strip: bool) {
             i += 1;
         }
     }
-    out.extend_from_slice(&bytes[start..]);
+    out.write_all(&bytes[start..])
 }
 
 /// Whether one of the eight bytes of `chunk` may need a closer look: a control byte, `"`,
@@ -154,28 +164,74 @@ pub fn push_string(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
 }
 
-/// An `io::Write` into the inside of a JSON string: what `serde_json` serializes through
-/// it lands escaped in the buffer. `serde_json` writes whole characters per call (it only
-/// splits text at ASCII bytes), so an invisible control is never cut in two.
-pub struct StringContent<'a> {
-    pub out: &'a mut Vec<u8>,
-    /// Drop invisible control characters (evidence).
-    pub strip_invisible: bool,
+/// Serializes `value` as JSON into the inside of a JSON string in one pass: a
+/// [`Formatter`](serde_json::ser::Formatter) writes the value's structure already escaped
+/// (`{`, `:` and digits need nothing; a quote is written `\"`), and each string's text and
+/// escapes escaped a second time as they are written. Invisible controls inside strings are
+/// dropped when `strip_invisible` is set.
+pub fn push_json<T: serde::Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    value: &T,
+    strip_invisible: bool,
+) -> serde_json::Result<()> {
+    let mut serializer = serde_json::Serializer::with_formatter(out, InString { strip_invisible });
+    value.serialize(&mut serializer)
 }
 
-impl io::Write for StringContent<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        push_escaped(self.out, buf, self.strip_invisible);
-        Ok(buf.len())
+/// The formatter of [`push_json`]: compact JSON, escaped for the inside of a string.
+struct InString {
+    strip_invisible: bool,
+}
+
+impl serde_json::ser::Formatter for InString {
+    fn begin_string<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        writer.write_all(b"\\\"")
     }
 
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        push_escaped(self.out, buf, self.strip_invisible);
-        Ok(())
+    fn end_string<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        writer.write_all(b"\\\"")
     }
 
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        // serde_json splits a string only at ASCII bytes, so an invisible control is
+        // never cut in two.
+        write_escaped(writer, fragment.as_bytes(), self.strip_invisible)
+    }
+
+    fn write_char_escape<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        char_escape: serde_json::ser::CharEscape,
+    ) -> io::Result<()> {
+        use serde_json::ser::CharEscape;
+        // The escape JSON writes (`\n`), with its backslash escaped once more (`\\n`).
+        let escaped: &[u8] = match char_escape {
+            CharEscape::Quote => b"\\\\\\\"",
+            CharEscape::ReverseSolidus => b"\\\\\\\\",
+            CharEscape::Solidus => b"\\\\/",
+            CharEscape::Backspace => b"\\\\b",
+            CharEscape::FormFeed => b"\\\\f",
+            CharEscape::LineFeed => b"\\\\n",
+            CharEscape::CarriageReturn => b"\\\\r",
+            CharEscape::Tab => b"\\\\t",
+            CharEscape::AsciiControl(byte) => {
+                let (high, low) = (HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xF)]);
+                return writer.write_all(&[b'\\', b'\\', b'u', b'0', b'0', high, low]);
+            }
+        };
+        writer.write_all(escaped)
+    }
+
+    fn write_raw_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        write_escaped(writer, fragment.as_bytes(), false)
     }
 }
 
@@ -224,6 +280,27 @@ mod tests {
         assert_eq!(escaped("a\u{200B}b", false), "a\u{200B}b");
     }
 
+    /// JSON values with keys and strings of any characters (controls, quotes, backslashes,
+    /// invisible controls), numbers of every kind, nested three deep.
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::Value;
+        let text = "[\"\\\\/\n\t\u{1}\u{1f}\u{7f}\u{200B}\u{FEFF}é😀a-z ]{0,12}";
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            text.prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((text, inner), 0..4)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            ]
+        })
+    }
+
     proptest! {
         #[test]
         fn escaped_text_reads_back_as_the_text(text in any::<String>()) {
@@ -235,6 +312,19 @@ mod tests {
                 invisible_len(c.encode_utf8(&mut b).as_bytes()) == 0
             }).collect();
             prop_assert_eq!(serde_json::from_str::<String>(&stripped).unwrap(), expected);
+        }
+
+        /// One pass writes what serializing and then escaping the JSON text writes.
+        #[test]
+        fn a_value_in_a_string_is_its_json_escaped(
+            value in json_value(),
+            strip in any::<bool>(),
+        ) {
+            let mut one_pass = Vec::new();
+            push_json(&mut one_pass, &value, strip).unwrap();
+            let mut two_passes = Vec::new();
+            push_escaped(&mut two_passes, serde_json::to_string(&value).unwrap().as_bytes(), strip);
+            prop_assert_eq!(String::from_utf8(one_pass).unwrap(), String::from_utf8(two_passes).unwrap());
         }
 
         /// Mostly plain ASCII with the odd special byte at any offset: the eight-byte skip
