@@ -168,11 +168,25 @@ impl<'a> Redactor<'a> {
         }
     }
 
+    /// [`Redactor::text`] appended to `out`: the same characters, without a `String` of
+    /// its own.
+    pub fn push_text(&self, out: &mut String, text: &str) {
+        self.cut_into(out, text, usize::MAX);
+    }
+
     /// Masks `text`, keeps at most `max_chars` characters and `max_string_bytes` escaped
     /// bytes of the masked text, and marks a cut with [`TRUNCATED`].
     fn cut(&self, text: &str, max_chars: usize) -> (String, bool) {
-        let max_bytes = self.limits.max_string_bytes;
         let mut out = String::new();
+        let cut = self.cut_into(&mut out, text, max_chars);
+        (out, cut)
+    }
+
+    /// [`Redactor::cut`] appended to `out` (what was in `out` before is left as it is and
+    /// plays no part); says whether the copy was cut or replaced.
+    fn cut_into(&self, out: &mut String, text: &str, max_chars: usize) -> bool {
+        let start = out.len();
+        let max_bytes = self.limits.max_string_bytes;
         let (mut bytes, mut chars, mut cut, mut masked) = (0usize, 0usize, false, false);
         'pieces: for piece in self.ids.pieces(text) {
             masked |= !matches!(piece, Piece::Text(_));
@@ -203,17 +217,19 @@ impl<'a> Redactor<'a> {
         }
         if cut {
             // `c-1` cut out of `c-10` would read as the call id `c-1`: cut before it.
-            while let Some(len) = self.ids.call_id_at_end(&out) {
+            while let Some(len) = self.ids.call_id_at_end(&out[start..]) {
                 out.truncate(out.len() - len);
             }
             out.push_str(TRUNCATED);
         }
         // Untouched, the copy is the text, in which `pieces` found no identifier; only a
         // mask or a cut can have written one (e.g. `x.` before a mask, a cut after `c-1`).
-        if (masked || cut) && self.ids.first_in(&out).is_some() {
-            return (MASKED.to_string(), true);
+        if (masked || cut) && self.ids.first_in(&out[start..]).is_some() {
+            out.truncate(start);
+            out.push_str(MASKED);
+            return true;
         }
-        (out, cut)
+        cut
     }
 }
 

@@ -375,78 +375,117 @@ impl ProgressSnapshot {
 /// `log_search in order-api, level:ERROR AND timeout, 10:00–11:00: 132 matches`. Every part
 /// taken from the record is masked and bounded on its own.
 pub fn summarize(call: &UsableCall, redact: &Redactor) -> String {
-    let text = |s: &str| redact.text(s);
+    // Written piece by piece into one String: no String per part.
+    let mut out = String::with_capacity(128);
+    let text = |out: &mut String, s: &str| redact.push_text(out, s);
     match &call.projection {
-        Projection::Log(p) => format!(
-            "log_search in {}, {}, {}: {}",
-            text(&p.scope.service),
-            text(&p.scope.query),
-            window(&p.scope.from, &p.scope.to, redact),
-            plural(p.total_matches, "match", "matches")
-        ),
+        Projection::Log(p) => {
+            out.push_str("log_search in ");
+            text(&mut out, &p.scope.service);
+            out.push_str(", ");
+            text(&mut out, &p.scope.query);
+            out.push_str(", ");
+            push_window(&mut out, &p.scope.from, &p.scope.to, redact);
+            out.push_str(": ");
+            push_count(&mut out, p.total_matches, "match", "matches");
+        }
         Projection::Rag(p) => {
-            let place = p
-                .scope
-                .index
-                .as_deref()
-                .map(|i| format!(" in {}", text(i)))
-                .unwrap_or_default();
-            let docs: Vec<String> = p.hits.iter().take(5).map(|h| text(&h.doc_id)).collect();
-            let listed = if docs.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", docs.join(", "))
-            };
-            format!(
-                "rag_search{place}, {}: {}{listed}",
-                text(&p.scope.query),
-                plural(p.hits.len() as u64, "hit", "hits")
-            )
+            out.push_str("rag_search");
+            if let Some(index) = &p.scope.index {
+                out.push_str(" in ");
+                text(&mut out, index);
+            }
+            out.push_str(", ");
+            text(&mut out, &p.scope.query);
+            out.push_str(": ");
+            push_count(&mut out, p.hits.len() as u64, "hit", "hits");
+            for (i, hit) in p.hits.iter().take(5).enumerate() {
+                out.push_str(if i == 0 { " (" } else { ", " });
+                text(&mut out, &hit.doc_id);
+            }
+            if !p.hits.is_empty() {
+                out.push(')');
+            }
         }
         Projection::Mysql(p) => {
-            let when = match (&p.scope.from, &p.scope.to) {
-                (Some(from), Some(to)) => format!(", {}", window(from, to, redact)),
-                _ => String::new(),
-            };
-            format!(
-                "mysql_query on {}, {}{when}: {}",
-                text(&p.scope.datasource),
-                text(&p.scope.statement),
-                plural(p.row_count, "row", "rows")
-            )
+            out.push_str("mysql_query on ");
+            text(&mut out, &p.scope.datasource);
+            out.push_str(", ");
+            text(&mut out, &p.scope.statement);
+            if let (Some(from), Some(to)) = (&p.scope.from, &p.scope.to) {
+                out.push_str(", ");
+                push_window(&mut out, from, to, redact);
+            }
+            out.push_str(": ");
+            push_count(&mut out, p.row_count, "row", "rows");
         }
     }
+    out
 }
 
-fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
+/// `132 matches`, `1 match`.
+fn push_count(out: &mut String, n: u64, one: &str, many: &str) {
+    out.push_str(itoa::Buffer::new().format(n));
+    out.push(' ');
+    out.push_str(if n == 1 { one } else { many });
 }
 
 /// `10:00–11:00` within one UTC day, full dates otherwise, the (bounded) text if unparseable.
-fn window(from: &str, to: &str, redact: &Redactor) -> String {
+fn push_window(out: &mut String, from: &str, to: &str, redact: &Redactor) {
     use chrono::{DateTime, Datelike, Timelike, Utc};
     let parse = |s: &str| DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc));
+    // Digits written by hand: chrono's `format` parses its pattern on every call. RFC 3339
+    // years have four digits, so four digits write what `%Y` would.
+    let digits = |out: &mut String, n: u32, width: usize| {
+        let buffer = &mut itoa::Buffer::new();
+        let n = buffer.format(n);
+        out.extend(std::iter::repeat_n('0', width.saturating_sub(n.len())));
+        out.push_str(n);
+    };
+    let clock = |out: &mut String, t: &DateTime<Utc>| {
+        digits(out, t.hour(), 2);
+        out.push(':');
+        digits(out, t.minute(), 2);
+        if t.second() != 0 {
+            out.push(':');
+            digits(out, t.second(), 2);
+        }
+    };
+    let date = |out: &mut String, t: &DateTime<Utc>| {
+        digits(out, t.year().unsigned_abs(), 4);
+        out.push('-');
+        digits(out, t.month(), 2);
+        out.push('-');
+        digits(out, t.day(), 2);
+        out.push(' ');
+    };
     match (parse(from), parse(to)) {
         (Ok(a), Ok(b)) => {
-            // Written by hand: chrono's `format` parses its pattern on every call. RFC 3339
-            // years have four digits, so `{:04}` writes what `%Y` would.
-            let clock = |t: &DateTime<Utc>| {
-                if t.second() == 0 {
-                    format!("{:02}:{:02}", t.hour(), t.minute())
-                } else {
-                    format!("{:02}:{:02}:{:02}", t.hour(), t.minute(), t.second())
-                }
-            };
-            let date =
-                |t: &DateTime<Utc>| format!("{:04}-{:02}-{:02}", t.year(), t.month(), t.day());
-            if a.date_naive() == b.date_naive() {
-                format!("{}–{}", clock(&a), clock(&b))
-            } else {
-                format!("{} {}–{} {}", date(&a), clock(&a), date(&b), clock(&b))
+            let same_day = a.date_naive() == b.date_naive();
+            if !same_day {
+                date(out, &a);
             }
+            clock(out, &a);
+            out.push('–');
+            if !same_day {
+                date(out, &b);
+            }
+            clock(out, &b);
         }
-        _ => format!("{}–{}", redact.text(from), redact.text(to)),
+        _ => {
+            redact.push_text(out, from);
+            out.push('–');
+            redact.push_text(out, to);
+        }
     }
+}
+
+/// [`push_window`] into a String of its own.
+#[cfg(test)]
+fn window(from: &str, to: &str, redact: &Redactor) -> String {
+    let mut out = String::new();
+    push_window(&mut out, from, to, redact);
+    out
 }
 
 #[cfg(test)]
@@ -654,6 +693,33 @@ mod tests {
             .map(|s| s.source.as_str())
             .collect();
         assert_eq!(sources, vec!["order-api", "orders-db", "kb-123"]);
+    }
+
+    #[test]
+    fn rag_summaries_list_up_to_five_sources() {
+        use crate::domain::invocation::resolve_call;
+        let ids = RunIdentifiers::new(["c-1"], "aiops");
+        let redact = Redactor::new(&ids, CopyLimits::default());
+        let summary = |status: &str, scope: Value, docs: &[&str]| {
+            let hits: Vec<Value> = docs
+                .iter()
+                .map(|d| json!({"doc_id": d, "excerpt": "e"}))
+                .collect();
+            let projection = json!({"tool": "rag_search", "tool_call_id": "c-1",
+                "evidence_status": status, "scope": scope, "hits": hits});
+            let record = record("r", "c-1", "rag_search", status, projection);
+            summarize(&resolve_call("r", "c-1", Some(&record)).unwrap(), &redact)
+        };
+        let scope = json!({"query": "q", "top_k": 9});
+        assert_eq!(
+            summary(
+                "EVIDENCE_FOUND",
+                scope.clone(),
+                &["a", "b", "c", "d", "e", "f"]
+            ),
+            "rag_search, q: 6 hits (a, b, c, d, e)"
+        );
+        assert_eq!(summary("NO_EVIDENCE", scope, &[]), "rag_search, q: 0 hits");
     }
 
     #[test]
