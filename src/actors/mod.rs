@@ -54,6 +54,24 @@ impl Harness {
             model,
         })
     }
+
+    /// A copy for one HTTP worker, whose releases run on its thread: Redis connections and
+    /// a model client of its own, so that their I/O is driven on that thread too.
+    pub fn for_worker(&self) -> Result<Harness, String> {
+        let model = match self.model {
+            Some(_) => Some(ModelClient::new(&self.config.model)?),
+            None => None,
+        };
+        Ok(Harness {
+            config: self.config.clone(),
+            store: self
+                .store
+                .for_worker(&self.config.redis)
+                .map_err(|e| e.to_string())?,
+            model,
+            replica: self.replica.clone(),
+        })
+    }
 }
 
 /// `server.replica_name`, or this host's name and the process id.

@@ -19,7 +19,7 @@ use actix::{
 use super::supervisor::{Cancel, LockLost, Run, RunSupervisor};
 use super::{Harness, ReleaseError, ReleaseRequest, Released};
 use crate::domain::audit::CancelSource;
-use crate::store::{new_lock_token, Watch, Watched};
+use crate::store::{new_lock_token, StoreError, Watch, Watched};
 use crate::telemetry;
 
 /// A release in flight here.
@@ -259,6 +259,19 @@ impl Handler<RunEnded> for RunRegistry {
             self.runs.remove(&msg.run_id);
             telemetry::run_ended();
         }
+    }
+}
+
+/// Sent by readiness: this shard's own Redis connections answer.
+#[derive(Message)]
+#[rtype(result = "Result<(), StoreError>")]
+pub struct PingStore;
+
+impl Handler<PingStore> for RunRegistry {
+    type Result = ResponseFuture<Result<(), StoreError>>;
+    fn handle(&mut self, _: PingStore, _: &mut Self::Context) -> Self::Result {
+        let store = self.harness.store.clone();
+        Box::pin(async move { store.ping().await })
     }
 }
 

@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::Addr;
 
-use super::registry::{CancelRun, Drain, InFlight, RunRegistry, WatchNow};
+use super::registry::{CancelRun, Drain, InFlight, PingStore, RunRegistry, WatchNow};
 use crate::domain::audit::CancelSource;
+use crate::store::StoreError;
 
 #[derive(Clone, Default)]
 pub struct Shards {
@@ -61,6 +62,18 @@ impl Shards {
         for shard in self.all() {
             shard.do_send(WatchNow);
         }
+    }
+
+    /// Every shard's own Redis connections answer (a shard that is gone is skipped). A
+    /// ping also reconnects a connection that broke while Redis was away, so a worker is
+    /// ready again before its next release.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        for shard in self.all() {
+            if let Ok(answer) = shard.send(PingStore).await {
+                answer?;
+            }
+        }
+        Ok(())
     }
 
     /// Releases in flight on all shards.

@@ -162,8 +162,13 @@ impl Application {
         });
         let worker_shards = shards.clone();
         let mut server = HttpServer::new(move || {
-            // Called once on each worker's thread: the worker's own registry shard.
-            let registry = RunRegistry::new(harness.clone()).start();
+            // Called once on each worker's thread: the worker's own registry shard, with
+            // Redis connections and a model client of its own.
+            let worker = harness.for_worker().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "a worker shares the first connections");
+                harness.clone()
+            });
+            let registry = RunRegistry::new(worker).start();
             worker_shards.add(registry.clone());
             App::new()
                 .app_data(state.clone())
@@ -210,6 +215,7 @@ impl Application {
             server = server.workers(config.server.workers);
         }
         let server = server.run();
+        let ready_shards = shards.clone();
         let shutdown = Shutdown {
             draining: draining.clone(),
             shards,
@@ -219,7 +225,9 @@ impl Application {
         };
         let readiness = tokio::spawn(async move {
             loop {
-                let ready = !draining.load(Ordering::SeqCst) && store.ping().await.is_ok();
+                let ready = !draining.load(Ordering::SeqCst)
+                    && store.ping().await.is_ok()
+                    && ready_shards.ping().await.is_ok();
                 telemetry::ready(ready);
                 // The exporter drains histogram samples only on upkeep (or a scrape).
                 metrics.run_upkeep();

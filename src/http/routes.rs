@@ -228,7 +228,8 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: Redis answers and the process is not draining.
+/// `GET /readyz`: Redis answers, on the shared connection and on every worker's own, and
+/// the process is not draining.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -243,7 +244,10 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         telemetry::ready(false);
         return Err(ApiError::ShuttingDown);
     }
-    let ping = state.store.ping().await;
+    let ping = match state.store.ping().await {
+        Ok(()) => state.shards.ping().await,
+        failed => failed,
+    };
     telemetry::ready(ping.is_ok());
     ping?;
     Ok(HttpResponse::Ok().json(json!({"status": "ready"})))

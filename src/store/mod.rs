@@ -257,6 +257,15 @@ pub enum Store {
 }
 
 impl Store {
+    /// This store for one HTTP worker's thread: Redis on connections of its own
+    /// ([`RedisStore::with_own_connections`]); the in-memory store shared.
+    pub fn for_worker(&self, config: &crate::config::RedisConfig) -> Result<Store, StoreError> {
+        match self {
+            Store::Memory(memory) => Ok(Store::Memory(memory.clone())),
+            Store::Redis(redis) => Ok(Store::Redis(redis.with_own_connections(config)?)),
+        }
+    }
+
     /// The start of a release, in one round trip: the stored result, or who holds the
     /// run's lock, or the lock taken for `lease` with the cancel marker's state.
     pub async fn begin(

@@ -430,6 +430,23 @@ impl RedisStore {
         })
     }
 
+    /// The same store on connections of its own, for one HTTP worker: they connect on first
+    /// use, so their I/O is driven on the thread whose releases use them, and a command does
+    /// not hop to the thread that opened a shared connection and back. The scripts and the
+    /// pub/sub seeds stay shared.
+    pub fn with_own_connections(&self, config: &RedisConfig) -> Result<RedisStore, StoreError> {
+        let conn = RedisConnection::open(config)?;
+        let commit_conn = match config.min_replicas_ack {
+            0 => conn.clone(),
+            _ => RedisConnection::open(config)?,
+        };
+        Ok(RedisStore {
+            conn,
+            commit_conn,
+            ..self.clone()
+        })
+    }
+
     pub fn keys(&self) -> &Keys {
         &self.keys
     }
