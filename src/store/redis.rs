@@ -21,7 +21,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{AsyncCommands, Client, Cmd, Pipeline, RedisError, Script, Value};
+use redis::{AsyncCommands, Client, Cmd, IntoConnectionInfo, Pipeline, RedisError, Script, Value};
 
 use super::{
     Begin, CallsList, Commit, Committed, Keys, LoadedRecords, RecordLimits, StoreError, Watch,
@@ -253,8 +253,18 @@ impl RedisConnection {
     pub fn open(config: &RedisConfig) -> Result<RedisConnection, StoreError> {
         let response_timeout = Duration::from_millis(config.response_timeout_ms);
         let connection_timeout = Duration::from_millis(config.connection_timeout_ms);
+        // Commands are small and answered one by one: Nagle's algorithm would only hold a
+        // command back while an earlier one of the multiplexed connection is unacknowledged
+        // (redis-rs leaves TCP_NODELAY off unless told).
+        let tcp = redis::io::tcp::TcpSettings::default().set_nodelay(true);
         if config.cluster_nodes.is_empty() {
-            let client = Client::open(config.url.as_str()).map_err(failed("connect"))?;
+            let info = config
+                .url
+                .as_str()
+                .into_connection_info()
+                .map_err(failed("connect"))?
+                .set_tcp_settings(tcp);
+            let client = Client::open(info).map_err(failed("connect"))?;
             let manager_config = ConnectionManagerConfig::new()
                 .set_response_timeout(Some(response_timeout))
                 .set_connection_timeout(Some(connection_timeout))
@@ -271,6 +281,7 @@ impl RedisConnection {
         let client = ClusterClientBuilder::new(config.cluster_nodes.iter().map(String::as_str))
             .connection_timeout(connection_timeout)
             .response_timeout(response_timeout)
+            .tcp_settings(tcp)
             .overall_response_timeout(Some(response_timeout))
             .retries(6)
             .min_retry_wait(50)
