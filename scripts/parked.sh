@@ -6,6 +6,9 @@
 # finished, with the releases and actors still alive.
 #   scripts/parked.sh [PARKED=1000] [LATENCY_MS=15000]
 #   BIN=path/to/release-harness scripts/parked.sh ...   measures another build
+#   DHAT=1 scripts/parked.sh 200 60000   also runs the harness under valgrind's DHAT (built
+#       without jemalloc, `--no-default-features`), stops it while the releases are parked and
+#       prints where the bytes live at the heap's peak, by allocation site (soak-reports/dhat.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -14,7 +17,15 @@ latency=${2:-15000}
 work=$(mktemp -d)
 trap 'cleanup "$work"' EXIT
 start_redis "$work"
+if [ -n "${DHAT:-}" ] && [ -z "${BIN:-}" ]; then
+  need_pkg valgrind valgrind
+  cargo build --release --locked --quiet --no-default-features --bin release-harness \
+    --target-dir target/system-alloc
+  BIN=target/system-alloc/release/release-harness
+fi
 release_bin
+runner=()
+[ -n "${DHAT:-}" ] && runner=(valgrind --tool=dhat --dhat-out-file="$work/dhat.json")
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 prefix="parked-$$"
 port=$(free_port)
@@ -26,7 +37,7 @@ HARNESS__REDIS__URL="$REDIS_URL" HARNESS__REDIS__KEY_PREFIX="$prefix" \
   HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" \
   HARNESS__SEMANTIC_GUARD__ATTEMPT_TIMEOUT_MS=300000 \
   HARNESS__SEMANTIC_GUARD__TOTAL_TIMEOUT_MS=600000 RUST_LOG=warn \
-  "$BIN" serve >"$work/serve.log" 2>&1 &
+  "${runner[@]}" "$BIN" serve >"$work/serve.log" 2>&1 &
 pid=$!
 track "$pid"
 wait_ready "$base"
@@ -52,7 +63,9 @@ drive "$parked" 1 "$latency" &
 driver=$!
 track "$driver"
 in_flight=0
-for _ in $(seq 1 300); do
+polls=300
+[ -n "${DHAT:-}" ] && polls=3000 # under valgrind the releases take longer to arrive
+for _ in $(seq 1 "$polls"); do
   in_flight=$(gauge harness_runs_in_flight)
   [ "${in_flight%.*}" -ge "$parked" ] 2>/dev/null && break
   sleep 0.1
@@ -65,6 +78,16 @@ n, warm, parked, in_flight = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]
 print(f"harness RSS with {in_flight} releases in flight: {parked} kB "
       f"(+{parked - warm} kB): {(parked - warm) / n:.1f} kB per parked release")
 PY
+if [ -n "${DHAT:-}" ]; then
+  # The heap's peak is now: stop the harness so that DHAT writes its profile.
+  kill -KILL "$driver" 2>/dev/null || true
+  kill -TERM "$pid"
+  wait "$pid" 2>/dev/null || true
+  mkdir -p soak-reports
+  cp "$work/dhat.json" soak-reports/dhat.json
+  python3 scripts/dhat-sites.py soak-reports/dhat.json "$parked"
+  exit 0
+fi
 wait "$driver" || echo "the soak reported violations: $(cat "$work/soak-$latency.json" | head -c 2000)"
 sleep 2
 after=$(kb VmRSS)

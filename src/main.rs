@@ -19,7 +19,8 @@ use release_harness::telemetry;
 // jemalloc, not glibc's malloc: about a fifth fewer instructions per release, less memory per
 // parked release, and (with its background thread) the memory of finished releases goes back
 // to the system within seconds, where glibc's per-thread arenas keep it (README, "Speed and
-// memory").
+// memory"). Feature `jemalloc`, on by default.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
