@@ -27,7 +27,7 @@ pub use error::ApiError;
 use crate::actors::cancel_listener::StopListening;
 use crate::actors::{CancelListener, Harness, RunRegistry, Shards};
 use crate::config::Config;
-use crate::store::{RedisStore, Store};
+use crate::store::{RedisStore, Store, StoreError};
 use crate::telemetry;
 
 /// What every handler shares.
@@ -39,6 +39,13 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     /// Set when shutdown begins: `/readyz` answers 503 and new releases are refused.
     pub draining: Arc<AtomicBool>,
+}
+
+/// What readiness asks of Redis (`/readyz` and the readiness gauge): it answers on the
+/// service's shared connection (audits, cancels) and on every worker's own.
+async fn redis_answers(store: &Store, shards: &Shards) -> Result<(), StoreError> {
+    store.ping().await?;
+    shards.ping().await
 }
 
 /// The registry shard of the HTTP worker a request arrived on: its release runs there.
@@ -226,8 +233,7 @@ impl Application {
         let readiness = tokio::spawn(async move {
             loop {
                 let ready = !draining.load(Ordering::SeqCst)
-                    && store.ping().await.is_ok()
-                    && ready_shards.ping().await.is_ok();
+                    && redis_answers(&store, &ready_shards).await.is_ok();
                 telemetry::ready(ready);
                 // The exporter drains histogram samples only on upkeep (or a scrape).
                 metrics.run_upkeep();

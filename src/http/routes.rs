@@ -244,10 +244,7 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         telemetry::ready(false);
         return Err(ApiError::ShuttingDown);
     }
-    let ping = match state.store.ping().await {
-        Ok(()) => state.shards.ping().await,
-        failed => failed,
-    };
+    let ping = super::redis_answers(&state.store, &state.shards).await;
     telemetry::ready(ping.is_ok());
     ping?;
     Ok(HttpResponse::Ok().json(json!({"status": "ready"})))

@@ -406,7 +406,7 @@ fn failed_write(op: &'static str) -> impl FnOnce(RedisError) -> StoreError {
 impl RedisStore {
     /// Builds the store without connecting: the first command connects.
     pub fn new(config: &RedisConfig) -> Result<RedisStore, StoreError> {
-        let conn = RedisConnection::open(config)?;
+        let (conn, commit_conn) = RedisStore::open_connections(config)?;
         let pubsub_nodes = if config.cluster_nodes.is_empty() {
             vec![Client::open(config.url.as_str()).map_err(failed("connect"))?]
         } else {
@@ -416,10 +416,6 @@ impl RedisStore {
                 .map(|node| Client::open(node.as_str()))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(failed("connect"))?
-        };
-        let commit_conn = match config.min_replicas_ack {
-            0 => conn.clone(),
-            _ => RedisConnection::open(config)?,
         };
         Ok(RedisStore {
             pubsub_nodes: Arc::new(pubsub_nodes),
@@ -446,16 +442,25 @@ impl RedisStore {
     /// not hop to the thread that opened a shared connection and back. The scripts and the
     /// pub/sub seeds stay shared.
     pub fn with_own_connections(&self, config: &RedisConfig) -> Result<RedisStore, StoreError> {
-        let conn = RedisConnection::open(config)?;
-        let commit_conn = match config.min_replicas_ack {
-            0 => conn.clone(),
-            _ => RedisConnection::open(config)?,
-        };
+        let (conn, commit_conn) = RedisStore::open_connections(config)?;
         Ok(RedisStore {
             conn,
             commit_conn,
             ..self.clone()
         })
+    }
+
+    /// The command connection and the commits' connection (see `commit_conn`), not yet
+    /// connected.
+    fn open_connections(
+        config: &RedisConfig,
+    ) -> Result<(RedisConnection, RedisConnection), StoreError> {
+        let conn = RedisConnection::open(config)?;
+        let commit_conn = match config.min_replicas_ack {
+            0 => conn.clone(),
+            _ => RedisConnection::open(config)?,
+        };
+        Ok((conn, commit_conn))
     }
 
     pub fn keys(&self) -> &Keys {
