@@ -53,7 +53,11 @@ for pp in profile["pps"]:
     by_crate[crate(name)] += pp["gb"]
 
 total = sum(at_peak.values())
-print(f"bytes live at the heap's peak: {total:,} ({total / per / 1000:.1f} kB / {per})")
+# The total holds everything live at the peak, start-up included (certificates, regexes,
+# pools): divided by PER it is an upper bound, not a per-release figure. Sites that belong to
+# one release each (about 1 block per PER) are.
+print(f"bytes live at the heap's peak, start-up included: {total:,} "
+      f"({total / per / 1000:.1f} kB / {per}, an upper bound per release)")
 print("by crate of the allocating frame:")
 for name, size in sorted(by_crate.items(), key=lambda kv: -kv[1])[:12]:
     print(f"  {size / per:10,.0f} B  {name}")
