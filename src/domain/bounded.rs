@@ -114,7 +114,56 @@ impl<'a> Redactor<'a> {
     /// array, `"…": "N more"` in an object), and nothing nested deeper than
     /// [`MAX_SCOPE_DEPTH`] levels.
     pub fn scope(&self, scope: &Value) -> Value {
+        // Most scopes need no change: checked without writing anything, then copied.
+        if self.scope_unchanged(scope, 1) {
+            return scope.clone();
+        }
         self.scope_value(scope, 1)
+    }
+
+    /// Whether [`Redactor::scope_value`] gives `value` back as it is: no string or key is
+    /// masked or cut, no array or object is cut or too deep, no key is [`ELIDED`].
+    fn scope_unchanged(&self, value: &Value, level: usize) -> bool {
+        let keep = if level == 1 {
+            usize::MAX
+        } else {
+            self.limits.max_scope_items
+        };
+        match value {
+            Value::String(s) => self.text_unchanged(s),
+            Value::Array(_) | Value::Object(_) if level >= MAX_SCOPE_DEPTH => false,
+            Value::Array(items) => {
+                items.len() <= keep && items.iter().all(|i| self.scope_unchanged(i, level + 1))
+            }
+            Value::Object(entries) => {
+                entries.len() <= keep
+                    && entries.iter().all(|(key, item)| {
+                        key != ELIDED
+                            && self.text_unchanged(key)
+                            && self.scope_unchanged(item, level + 1)
+                    })
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether [`Redactor::text`] gives `text` back as it is: nothing in it to mask, and
+    /// its escaped form within `max_string_bytes`.
+    fn text_unchanged(&self, text: &str) -> bool {
+        let max = self.limits.max_string_bytes;
+        let mut bytes = 0usize;
+        for b in text.bytes() {
+            // Per byte as serde_json escapes it; a multi-byte character counts its bytes.
+            bytes += match b {
+                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+                0..=0x1f => 6,
+                _ => 1,
+            };
+            if bytes > max {
+                return false;
+            }
+        }
+        self.ids.first_in(text).is_none()
     }
 
     fn scope_value(&self, value: &Value, level: usize) -> Value {
@@ -236,6 +285,7 @@ impl<'a> Redactor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
 
     fn ids() -> RunIdentifiers {
@@ -394,5 +444,47 @@ mod tests {
                            "max_rows": 1, "params": level2});
         let size = json_len(&r.scope(&scope));
         assert!(size < 48 * 1024, "one scope is {size} bytes");
+    }
+
+    /// Scopes of any shape: strings near the limit, with identifiers, escapes, the marker
+    /// key; containers around the item limit and the depth limit.
+    fn scope_strategy() -> impl Strategy<Value = Value> {
+        let text = prop_oneof![
+            "[a-z :.-]{0,8}",
+            "[\"\\\\\n\u{1}é]{0,4}",
+            Just("c-1".to_string()),
+            Just("x c-1 y".to_string()),
+            Just("c-10".to_string()),
+            Just("aiops:run:{r}:call:c-1".to_string()),
+            Just(ELIDED.to_string()),
+            (250usize..260).prop_map(|n| "x".repeat(n)),
+            (125usize..131).prop_map(|n| "é".repeat(n)),
+            (40usize..45).prop_map(|n| "\u{1}".repeat(n)),
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            text.clone().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(5, 64, 10, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..10).prop_map(Value::Array),
+                prop::collection::vec((text.clone(), inner), 0..10)
+                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// The copy of an unchanged scope is what bounding it entry by entry writes.
+        #[test]
+        fn a_scope_is_copied_only_when_bounding_would_not_change_it(scope in scope_strategy()) {
+            let ids = ids();
+            let r = redactor(&ids);
+            prop_assert_eq!(r.scope(&scope), r.scope_value(&scope, 1));
+            prop_assert_eq!(r.scope_unchanged(&scope, 1), r.scope_value(&scope, 1) == scope);
+        }
     }
 }

@@ -364,8 +364,8 @@ fn judgeable(
     let redact = Redactor::new(ids, policy.copy);
     let snapshot = VerifiedSnapshot::build(&draft, run, &policy.snapshot, &redact);
     let max = policy.copy.max_written_bytes;
-    match snapshot.verified_sources_within(max) {
-        Ok(_) => Ok(Judgeable { draft, snapshot }),
+    match snapshot.verified_sources_fit(max) {
+        Ok(()) => Ok(Judgeable { draft, snapshot }),
         Err(size) => Err(Violation {
             rule: Rule::SourcesTooLarge,
             at: "verified_sources".into(),

@@ -240,13 +240,25 @@ impl VerifiedSnapshot {
 
     /// `verified_sources` in citation order, one per distinct (tool, source, scope).
     pub fn verified_sources(&self) -> Vec<VerifiedSource> {
-        self.verified_sources_within(usize::MAX).unwrap_or_default()
+        self.source_refs(usize::MAX)
+            .map(SourceRef::to_owned_all)
+            .unwrap_or_default()
     }
 
     /// [`VerifiedSnapshot::verified_sources`] if their JSON takes at most `max_bytes`;
     /// else how many bytes it took to find out it does not.
     pub fn verified_sources_within(&self, max_bytes: usize) -> Result<Vec<VerifiedSource>, usize> {
-        distinct_sources(
+        self.source_refs(max_bytes).map(SourceRef::to_owned_all)
+    }
+
+    /// Whether [`VerifiedSnapshot::verified_sources`] takes at most `max_bytes` of JSON;
+    /// else how many bytes it took to find out it does not. Nothing is copied.
+    pub fn verified_sources_fit(&self, max_bytes: usize) -> Result<(), usize> {
+        self.source_refs(max_bytes).map(|_| ())
+    }
+
+    fn source_refs(&self, max_bytes: usize) -> Result<Vec<SourceRef<'_>>, usize> {
+        distinct_source_refs(
             self.analyses
                 .iter()
                 .flat_map(|a| a.evidence.iter())
@@ -260,14 +272,47 @@ impl VerifiedSnapshot {
     }
 }
 
+/// A [`VerifiedSource`] borrowed from what it is taken from: the same JSON, no copy.
+#[derive(Serialize)]
+struct SourceRef<'a> {
+    tool: ToolName,
+    source: &'a str,
+    scope: &'a Value,
+}
+
+impl SourceRef<'_> {
+    fn to_owned(&self) -> VerifiedSource {
+        VerifiedSource {
+            tool: self.tool,
+            source: self.source.to_string(),
+            scope: self.scope.clone(),
+        }
+    }
+
+    fn to_owned_all(sources: Vec<SourceRef<'_>>) -> Vec<VerifiedSource> {
+        sources.iter().map(SourceRef::to_owned).collect()
+    }
+}
+
 /// The distinct (tool, source, scope) candidates in order, while their JSON array takes at
 /// most `max_bytes`; past that, `Err` with the size reached (and no more work done).
+#[cfg(test)]
 fn distinct_sources<'a>(
     candidates: impl Iterator<Item = (ToolName, &'a str, &'a Value)>,
     max_bytes: usize,
 ) -> Result<Vec<VerifiedSource>, usize> {
+    distinct_source_refs(candidates, max_bytes).map(SourceRef::to_owned_all)
+}
+
+/// The distinct (tool, source, scope) candidates in order, borrowed, while their JSON
+/// array takes at most `max_bytes` (not measured when that is `usize::MAX`); past that,
+/// `Err` with the size reached (and no more work done).
+fn distinct_source_refs<'a>(
+    candidates: impl Iterator<Item = (ToolName, &'a str, &'a Value)>,
+    max_bytes: usize,
+) -> Result<Vec<SourceRef<'a>>, usize> {
     // Scopes are compared as JSON values (Value has no Hash): per (tool, source), the
-    // scopes already taken. Only a distinct source is copied.
+    // scopes already taken.
     let mut seen: HashMap<(ToolName, &str), Vec<&Value>> = HashMap::default();
     let mut out = Vec::new();
     let mut size = 2usize; // []
@@ -279,14 +324,16 @@ fn distinct_sources<'a>(
             .any(|s| std::ptr::eq(*s, scope) || *s == scope)
         {
             scopes.push(scope);
-            let entry = VerifiedSource {
+            let entry = SourceRef {
                 tool,
-                source: source.to_string(),
-                scope: scope.clone(),
+                source,
+                scope,
             };
-            size = size.saturating_add(json_len(&entry) + usize::from(!out.is_empty()));
-            if size > max_bytes {
-                return Err(size);
+            if max_bytes != usize::MAX {
+                size = size.saturating_add(json_len(&entry) + usize::from(!out.is_empty()));
+                if size > max_bytes {
+                    return Err(size);
+                }
             }
             out.push(entry);
         }
@@ -347,7 +394,7 @@ impl ProgressSnapshot {
             if facts_size > max_bytes {
                 continue;
             }
-            let sources = distinct_sources(
+            let sources = distinct_source_refs(
                 kept.iter().flat_map(|(fact, sources)| {
                     sources
                         .iter()
@@ -355,7 +402,8 @@ impl ProgressSnapshot {
                 }),
                 max_bytes,
             );
-            if let Ok(verified_sources) = sources {
+            if let Ok(sources) = sources {
+                let verified_sources = SourceRef::to_owned_all(sources);
                 return ProgressSnapshot {
                     facts: shown.drain(start..).map(|(fact, _)| fact).collect(),
                     verified_sources,
