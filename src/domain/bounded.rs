@@ -7,6 +7,8 @@
 //! Entry points: [`Redactor::text`], [`Redactor::excerpt`], [`Redactor::cell`],
 //! [`Redactor::scope`] and [`json_len`].
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -119,6 +121,15 @@ impl<'a> Redactor<'a> {
             return scope.clone();
         }
         self.scope_value(scope, 1)
+    }
+
+    /// [`Redactor::scope`] of a shared scope: the scope itself when bounding leaves it
+    /// unchanged (most scopes), else its bounded copy.
+    pub fn shared_scope(&self, scope: &Arc<Value>) -> Arc<Value> {
+        if self.scope_unchanged(scope, 1) {
+            return Arc::clone(scope);
+        }
+        Arc::new(self.scope_value(scope, 1))
     }
 
     /// Whether [`Redactor::scope_value`] gives `value` back as it is: no string or key is

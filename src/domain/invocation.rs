@@ -7,6 +7,7 @@
 //! the record and with its own data.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -94,7 +95,8 @@ impl EvidenceStatus {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scoped<T> {
     pub typed: T,
-    pub raw: Value,
+    /// Shared: a scope that bounding leaves unchanged is shown as this very value.
+    pub raw: Arc<Value>,
 }
 
 impl<T> std::ops::Deref for Scoped<T> {
@@ -110,7 +112,10 @@ impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Scoped<T> {
         // Read once as written; the typed view is taken from that, not from the text again.
         let raw = Value::deserialize(d)?;
         let typed = T::deserialize(&raw).map_err(D::Error::custom)?;
-        Ok(Scoped { typed, raw })
+        Ok(Scoped {
+            typed,
+            raw: Arc::new(raw),
+        })
     }
 }
 
@@ -263,6 +268,11 @@ pub struct UsableCall {
 impl UsableCall {
     /// The projection's `scope`, unchanged (key order and number forms as the agent wrote them).
     pub fn scope(&self) -> &Value {
+        self.shared_scope()
+    }
+
+    /// [`UsableCall::scope`], to share.
+    pub fn shared_scope(&self) -> &Arc<Value> {
         match &self.projection {
             Projection::Rag(p) => &p.scope.raw,
             Projection::Log(p) => &p.scope.raw,

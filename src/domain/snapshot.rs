@@ -7,6 +7,8 @@
 //! of CONTRACT §3. Every string they copy from a record goes through a [`Redactor`]:
 //! masked and bounded (`evidence.*`), so the shown scope is not the record's scope verbatim.
 
+use std::sync::Arc;
+
 use foldhash::HashMap;
 
 use serde::Serialize;
@@ -44,7 +46,7 @@ impl Default for SnapshotLimits {
 pub struct VerifiedSource {
     pub tool: ToolName,
     pub source: String,
-    pub scope: Value,
+    pub scope: Arc<Value>,
 }
 
 /// The evidence SemanticGuard reads, grouped by analysis.
@@ -65,7 +67,7 @@ pub struct AnalysisEvidence {
 pub struct EvidenceItem {
     pub tool: ToolName,
     pub evidence_status: EvidenceStatus,
-    pub scope: Value,
+    pub scope: Arc<Value>,
     /// When the tool call finished (the record's `finished_at`), if recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<String>,
@@ -194,7 +196,7 @@ impl EvidenceItem {
         EvidenceItem {
             tool: call.tool,
             evidence_status: call.evidence_status,
-            scope: redact.scope(call.scope()),
+            scope: redact.shared_scope(call.shared_scope()),
             observed_at: optional(&call.finished_at),
             data,
         }
@@ -257,7 +259,7 @@ impl VerifiedSnapshot {
         self.source_refs(max_bytes).map(|_| ())
     }
 
-    fn source_refs(&self, max_bytes: usize) -> Result<Vec<SourceRef<'_>>, usize> {
+    fn source_refs(&self, max_bytes: usize) -> Result<Vec<SourceRef<'_, Arc<Value>>>, usize> {
         distinct_source_refs(
             self.analyses
                 .iter()
@@ -274,22 +276,47 @@ impl VerifiedSnapshot {
 
 /// A [`VerifiedSource`] borrowed from what it is taken from: the same JSON, no copy.
 #[derive(Serialize)]
-struct SourceRef<'a> {
+struct SourceRef<'a, S> {
     tool: ToolName,
     source: &'a str,
-    scope: &'a Value,
+    scope: &'a S,
 }
 
-impl SourceRef<'_> {
+/// A scope as a source shows it: shared, or (in tests) a plain value.
+trait SourceScope: Serialize {
+    fn value(&self) -> &Value;
+    fn shared(&self) -> Arc<Value>;
+}
+
+impl SourceScope for Arc<Value> {
+    fn value(&self) -> &Value {
+        self
+    }
+    fn shared(&self) -> Arc<Value> {
+        Arc::clone(self)
+    }
+}
+
+#[cfg(test)]
+impl SourceScope for Value {
+    fn value(&self) -> &Value {
+        self
+    }
+    fn shared(&self) -> Arc<Value> {
+        Arc::new(self.clone())
+    }
+}
+
+impl<S: SourceScope> SourceRef<'_, S> {
     fn to_owned(&self) -> VerifiedSource {
         VerifiedSource {
             tool: self.tool,
             source: self.source.to_string(),
-            scope: self.scope.clone(),
+            scope: self.scope.shared(),
         }
     }
 
-    fn to_owned_all(sources: Vec<SourceRef<'_>>) -> Vec<VerifiedSource> {
+    fn to_owned_all(sources: Vec<SourceRef<'_, S>>) -> Vec<VerifiedSource> {
         sources.iter().map(SourceRef::to_owned).collect()
     }
 }
@@ -307,16 +334,17 @@ fn distinct_sources<'a>(
 /// The distinct (tool, source, scope) candidates in order, borrowed, while their JSON
 /// array takes at most `max_bytes` (not measured when that is `usize::MAX`); past that,
 /// `Err` with the size reached (and no more work done).
-fn distinct_source_refs<'a>(
-    candidates: impl Iterator<Item = (ToolName, &'a str, &'a Value)>,
+fn distinct_source_refs<'a, S: SourceScope>(
+    candidates: impl Iterator<Item = (ToolName, &'a str, &'a S)>,
     max_bytes: usize,
-) -> Result<Vec<SourceRef<'a>>, usize> {
+) -> Result<Vec<SourceRef<'a, S>>, usize> {
     // Scopes are compared as JSON values (Value has no Hash): per (tool, source), the
     // scopes already taken.
     let mut seen: HashMap<(ToolName, &str), Vec<&Value>> = HashMap::default();
     let mut out = Vec::new();
     let mut size = 2usize; // []
-    for (tool, source, scope) in candidates {
+    for (tool, source, shown) in candidates {
+        let scope = shown.value();
         let scopes = seen.entry((tool, source)).or_default();
         // A call's hits share one scope: the pointer test spares the value comparison.
         if !scopes
@@ -327,7 +355,7 @@ fn distinct_source_refs<'a>(
             let entry = SourceRef {
                 tool,
                 source,
-                scope,
+                scope: shown,
             };
             if max_bytes != usize::MAX {
                 size = size.saturating_add(json_len(&entry) + usize::from(!out.is_empty()));
@@ -347,7 +375,7 @@ fn distinct_source_refs<'a>(
 pub struct ObservedFact {
     pub tool: ToolName,
     pub evidence_status: EvidenceStatus,
-    pub scope: Value,
+    pub scope: Arc<Value>,
     pub summary: String,
 }
 
@@ -372,7 +400,7 @@ impl ProgressSnapshot {
                 let fact = ObservedFact {
                     tool: call.tool,
                     evidence_status: call.evidence_status,
-                    scope: redact.scope(call.scope()),
+                    scope: redact.shared_scope(call.shared_scope()),
                     summary: summarize(call, redact),
                 };
                 let sources = call

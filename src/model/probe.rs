@@ -190,7 +190,8 @@ fn tiny_judged_case() -> Result<(Draft, VerifiedSnapshot), String> {
                 tool: ToolName::LogSearch,
                 evidence_status: EvidenceStatus::EvidenceFound,
                 scope: json!({"service": "order-api", "query": "level:ERROR AND timeout",
-                              "from": "2026-12-01T10:00:00Z", "to": "2026-12-01T11:00:00Z", "limit": 50}),
+                              "from": "2026-12-01T10:00:00Z", "to": "2026-12-01T11:00:00Z", "limit": 50})
+                .into(),
                 observed_at: Some("2026-12-01T11:02:06Z".into()),
                 data: EvidenceData::Log {
                     source: "order-api".into(),
