@@ -76,6 +76,36 @@ pub fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
     }
 }
 
+/// At least [`json_len`] of `text` as a JSON string, from its length alone: no byte
+/// escapes to more than six.
+pub fn str_json_len_bound(text: &str) -> usize {
+    text.len().saturating_mul(6).saturating_add(2)
+}
+
+/// At least [`json_len`] of `value`, from lengths alone (no escaping, no number
+/// formatting): enough to tell, without writing anything, that a value is far within a
+/// limit.
+pub fn json_len_bound(value: &Value) -> usize {
+    /// A number written by serde_json: at most 20 characters for an integer, 24 for a
+    /// float (shortest round-trip form); non-finite floats are `null`.
+    const NUMBER: usize = 32;
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => NUMBER,
+        Value::String(s) => str_json_len_bound(s),
+        // Brackets, and a comma after every item (one more than written).
+        Value::Array(items) => items.iter().fold(2usize, |size, item| {
+            size.saturating_add(json_len_bound(item)).saturating_add(1)
+        }),
+        // Braces, and per entry its key, a colon and a comma.
+        Value::Object(entries) => entries.iter().fold(2usize, |size, (key, item)| {
+            size.saturating_add(str_json_len_bound(key))
+                .saturating_add(json_len_bound(item))
+                .saturating_add(2)
+        }),
+    }
+}
+
 /// Masks and bounds strings copied from one run's records.
 #[derive(Debug, Clone, Copy)]
 pub struct Redactor<'a> {
@@ -294,7 +324,7 @@ impl<'a> Redactor<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
@@ -459,7 +489,7 @@ mod tests {
 
     /// Scopes of any shape: strings near the limit, with identifiers, escapes, the marker
     /// key; containers around the item limit and the depth limit.
-    fn scope_strategy() -> impl Strategy<Value = Value> {
+    pub(crate) fn scope_strategy() -> impl Strategy<Value = Value> {
         let text = prop_oneof![
             "[a-z :.-]{0,8}",
             "[\"\\\\\n\u{1}é]{0,4}",
@@ -476,6 +506,9 @@ mod tests {
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            Just(Value::from(f64::MIN_POSITIVE)),
+            Just(Value::from(-2.2250738585072014e-308)),
             any::<f64>().prop_map(Value::from),
             text.clone().prop_map(Value::String),
         ];
@@ -496,6 +529,15 @@ mod tests {
             let r = redactor(&ids);
             prop_assert_eq!(r.scope(&scope), r.scope_value(&scope, 1));
             prop_assert_eq!(r.scope_unchanged(&scope, 1), r.scope_value(&scope, 1) == scope);
+        }
+
+        /// The bound from lengths is never below the size written.
+        #[test]
+        fn the_length_bound_is_never_below_the_json_size(value in scope_strategy()) {
+            prop_assert!(json_len_bound(&value) >= json_len(&value));
+            if let Value::String(s) = &value {
+                prop_assert!(str_json_len_bound(s) >= json_len(s));
+            }
         }
     }
 }

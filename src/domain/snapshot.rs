@@ -14,7 +14,7 @@ use foldhash::HashMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::bounded::{json_len, Redactor};
+use super::bounded::{json_len, json_len_bound, str_json_len_bound, Redactor};
 use super::draft::{AnalysisKind, Draft};
 use super::evidence_guard::ResolvedRun;
 use super::invocation::{EvidenceStatus, Projection, ToolName, UsableCall};
@@ -256,21 +256,65 @@ impl VerifiedSnapshot {
     /// Whether [`VerifiedSnapshot::verified_sources`] takes at most `max_bytes` of JSON;
     /// else how many bytes it took to find out it does not. Nothing is copied.
     pub fn verified_sources_fit(&self, max_bytes: usize) -> Result<(), usize> {
+        // Nearly always far within the limit: bounded from lengths, nothing is written.
+        let bound = sources_len_bound(self.source_candidates());
+        if bound <= max_bytes {
+            return Ok(());
+        }
         self.source_refs(max_bytes).map(|_| ())
     }
 
+    /// Every (tool, source, scope) the sources are taken from, in citation order.
+    fn source_candidates(&self) -> impl Iterator<Item = (ToolName, &str, &Arc<Value>)> {
+        self.analyses
+            .iter()
+            .flat_map(|a| a.evidence.iter())
+            .flat_map(|item| {
+                item.sources()
+                    .into_iter()
+                    .map(move |s| (item.tool, s, &item.scope))
+            })
+    }
+
     fn source_refs(&self, max_bytes: usize) -> Result<Vec<SourceRef<'_, Arc<Value>>>, usize> {
-        distinct_source_refs(
-            self.analyses
-                .iter()
-                .flat_map(|a| a.evidence.iter())
-                .flat_map(|item| {
-                    item.sources()
-                        .into_iter()
-                        .map(move |s| (item.tool, s, &item.scope))
-                }),
-            max_bytes,
-        )
+        distinct_source_refs(self.source_candidates(), max_bytes)
+    }
+}
+
+/// Keys, quotes, colons, commas and braces around the fields of a [`VerifiedSource`] or
+/// an [`ObservedFact`] (fewer than this many bytes).
+const ENTRY_FRAME_BOUND: usize = 64;
+
+/// At least the JSON size of the verified sources taken from `candidates` (each counted,
+/// distinct or not), from lengths alone.
+fn sources_len_bound<'a>(
+    candidates: impl Iterator<Item = (ToolName, &'a str, &'a Arc<Value>)>,
+) -> usize {
+    candidates.fold(2usize, |size, (tool, source, scope)| {
+        size.saturating_add(ENTRY_FRAME_BOUND + tool.as_str().len())
+            .saturating_add(str_json_len_bound(source))
+            .saturating_add(json_len_bound(scope))
+            .saturating_add(1)
+    })
+}
+
+/// The (tool, source, scope) of the sources of `shown` facts, in order.
+fn fact_sources(
+    shown: &[(ObservedFact, Vec<String>)],
+) -> impl Iterator<Item = (ToolName, &str, &Arc<Value>)> {
+    shown.iter().flat_map(|(fact, sources)| {
+        sources
+            .iter()
+            .map(move |s| (fact.tool, s.as_str(), &fact.scope))
+    })
+}
+
+impl ObservedFact {
+    /// At least the fact's JSON size, from lengths alone.
+    fn json_len_bound(&self) -> usize {
+        (ENTRY_FRAME_BOUND + self.tool.as_str().len() + self.evidence_status.as_str().len())
+            .saturating_add(json_len_bound(&self.scope))
+            .saturating_add(str_json_len_bound(&self.summary))
     }
 }
 
@@ -412,8 +456,22 @@ impl ProgressSnapshot {
                 (fact, sources)
             })
             .collect();
-        let fact_sizes: Vec<usize> = shown.iter().map(|(fact, _)| json_len(fact)).collect();
         let max_bytes = redact.limits.max_written_bytes;
+        // Nearly always everything is far within the limit: bounded from lengths, nothing
+        // is measured and nothing dropped.
+        let facts_bound = shown.iter().fold(2usize, |size, (fact, _)| {
+            size.saturating_add(fact.json_len_bound()).saturating_add(1)
+        });
+        if facts_bound <= max_bytes && sources_len_bound(fact_sources(&shown)) <= max_bytes {
+            let sources = distinct_source_refs(fact_sources(&shown), usize::MAX);
+            let verified_sources = sources.map(SourceRef::to_owned_all).unwrap_or_default();
+            return ProgressSnapshot {
+                facts: shown.into_iter().map(|(fact, _)| fact).collect(),
+                verified_sources,
+                facts_dropped: 0,
+            };
+        }
+        let fact_sizes: Vec<usize> = shown.iter().map(|(fact, _)| json_len(fact)).collect();
         // The oldest facts go first until facts and sources both fit.
         for start in 0..=shown.len() {
             let kept = &shown[start..];
@@ -422,14 +480,7 @@ impl ProgressSnapshot {
             if facts_size > max_bytes {
                 continue;
             }
-            let sources = distinct_source_refs(
-                kept.iter().flat_map(|(fact, sources)| {
-                    sources
-                        .iter()
-                        .map(move |s| (fact.tool, s.as_str(), &fact.scope))
-                }),
-                max_bytes,
-            );
+            let sources = distinct_source_refs(fact_sources(kept), max_bytes);
             if let Ok(sources) = sources {
                 let verified_sources = SourceRef::to_owned_all(sources);
                 return ProgressSnapshot {
@@ -567,10 +618,12 @@ fn window(from: &str, to: &str, redact: &Redactor) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::bounded::tests::scope_strategy;
     use crate::domain::bounded::CopyLimits;
     use crate::domain::evidence_guard::tests::{good_draft, run_evidence};
     use crate::domain::identifiers::RunIdentifiers;
     use crate::domain::invocation::tests::record;
+    use proptest::prelude::*;
     use serde_json::json;
 
     /// The snapshot of `draft` on `run` with the default limits and the run's identifiers.
@@ -928,5 +981,33 @@ mod tests {
         );
         assert_eq!(window("yesterday", "now", &redact), "yesterday–now");
         assert_eq!(window("after c-1", "now", &redact), "after [call id]–now");
+    }
+
+    proptest! {
+        /// The bounds that spare measuring facts and sources are never below their size.
+        #[test]
+        fn fact_and_source_bounds_are_never_below_their_json_size(
+            scope in scope_strategy(),
+            summary in "[a-z\"\\\\\u{1}é ]{0,40}",
+            source in "[a-z\"\u{1}é-]{0,20}",
+            found in any::<bool>(),
+        ) {
+            let scope = Arc::new(scope);
+            let (tool, evidence_status) = if found {
+                (ToolName::MysqlQuery, EvidenceStatus::EvidenceFound)
+            } else {
+                (ToolName::RagSearch, EvidenceStatus::NoEvidence)
+            };
+            let fact = ObservedFact { tool, evidence_status, scope: scope.clone(), summary };
+            prop_assert!(fact.json_len_bound() >= json_len(&fact));
+            let sources = vec![
+                VerifiedSource { tool, source: source.clone(), scope: scope.clone() },
+                VerifiedSource { tool, source: "x".into(), scope: scope.clone() },
+            ];
+            let bound = sources_len_bound(
+                [(tool, source.as_str(), &scope), (tool, "x", &scope)].into_iter(),
+            );
+            prop_assert!(bound >= json_len(&sources));
+        }
     }
 }
