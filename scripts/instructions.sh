@@ -6,14 +6,17 @@
 # For each kind of release, an optimised `release-harness serve` runs under
 # `valgrind --tool=callgrind` twice, on a private Redis, driven by
 # `release-harness soak --only SCENARIO` with the soak's instant fake model: once for a few
-# releases and once for 200 more. The figure is (I(long run) - I(short run)) / (releases
+# releases and once for 1,000 more. The figure is (I(long run) - I(short run)) / (releases
 # between them), so start-up and shutdown cancel out. The soak only sends the releases
 # (`--no-audit`): it does not also fetch each run's audit, which is not part of a release
 # (figures before 2026-12-04 counted that GET too; WITH_AUDIT=1 measures that way).
 #   judged         `supported`: one SemanticGuard call, released SUCCESS
 #   deterministic  `no_conclusion`: records loaded and guarded, no model call
 #                  (INSUFFICIENT_EVIDENCE)
-# Usage: scripts/instructions.sh [EXTRA_RELEASES=200]
+# What start-up costs varies by a few million instructions from run to run (how long
+# the server waits for its first request, its background tasks): over 1,000 releases that
+# is a few thousand per release; over 200 (the default until 2026-12-04) up to 25,000.
+# Usage: scripts/instructions.sh [EXTRA_RELEASES=1000]
 #        BIN=path/to/release-harness scripts/instructions.sh   (another build serves, e.g.
 #                         before; this checkout's build drives it)
 #        WITH_AUDIT=1 ...   the soak also fetches every run's audit, as it does by default
@@ -22,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
-extra=${1:-200}
+extra=${1:-1000}
 need_pkg valgrind valgrind
 
 work=$(mktemp -d)
