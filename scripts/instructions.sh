@@ -20,6 +20,8 @@
 #        BIN=path/to/release-harness scripts/instructions.sh   (another build serves, e.g.
 #                         before; this checkout's build drives it)
 #        WITH_AUDIT=1 ...   the soak also fetches every run's audit, as it does by default
+#        SCENARIOS="repaired" ...   other soak scenarios (e.g. `repaired`: one repair call,
+#                         then one judge call)
 #        ANNOTATE=1 ...   also keeps the long runs' profiles in soak-reports/ and prints
 #                         their top functions (build with `--profile profiling` for symbols)
 set -euo pipefail
@@ -73,13 +75,13 @@ run_count() {
 
 echo "==> instructions per release (callgrind), $bin, Redis on port $REDIS_PORT"
 long=$(( 1 + extra / 20 ))
-for scenario in supported no_conclusion; do
+for scenario in ${SCENARIOS:-supported no_conclusion}; do
   read -r i1 n1 < <(run_count "$scenario" 1)
   read -r i2 n2 < <(run_count "$scenario" "$long")
   python3 - "$scenario" "$i1" "$n1" "$i2" "$n2" <<'PY'
 import sys
 scenario, i1, n1, i2, n2 = sys.argv[1], *map(int, sys.argv[2:])
-kind = "judged" if scenario == "supported" else "deterministic"
+kind = {"supported": "judged", "no_conclusion": "deterministic"}.get(scenario, scenario)
 per = (i2 - i1) / (n2 - n1)
 print(f"{kind:13} ({scenario}): {per:,.0f} instructions per release "
       f"(I({n2}) = {i2:,} - I({n1}) = {i1:,}, over {n2 - n1} releases)")

@@ -9,7 +9,7 @@ use actix::{Actor, ActorContext, Context, Handler, Message, MessageResult};
 use super::{AbortChild, StopChild};
 use crate::domain::audit::Audit;
 use crate::domain::draft::Draft;
-use crate::domain::evidence_guard::RunEvidence;
+use crate::domain::evidence_guard::{ResolvedRun, RunEvidence};
 use crate::domain::release::{self, DraftInput, ReleasePolicy, RepairFailure, Step, StopReason};
 
 #[derive(Default)]
@@ -54,6 +54,8 @@ pub struct CheckRepair {
     pub original: Draft,
     pub candidate: Result<Draft, RepairFailure>,
     pub evidence: Arc<RunEvidence>,
+    /// The run as judged for the original Draft (its calls are not parsed again).
+    pub judged: Box<ResolvedRun>,
     pub policy: ReleasePolicy,
 }
 
@@ -76,10 +78,11 @@ impl Handler<CheckRepair> for EvidenceGuardActor {
     type Result = MessageResult<CheckRepair>;
     fn handle(&mut self, msg: CheckRepair, _: &mut Self::Context) -> Self::Result {
         let mut notes = Audit::new(&msg.run_id, msg.stop_reason);
-        let step = release::after_repair(
+        let step = release::after_repair_reusing(
             &msg.original,
             msg.candidate,
             &msg.evidence,
+            *msg.judged,
             &msg.policy,
             &mut notes,
         );

@@ -32,7 +32,7 @@ use crate::domain::audit::{
     RepairAudit,
 };
 use crate::domain::draft::Draft;
-use crate::domain::evidence_guard::{RunEvidence, Violation};
+use crate::domain::evidence_guard::{ResolvedRun, RunEvidence, Violation};
 use crate::domain::release::{
     after_judgement, DraftInput, Judgeable, Judgement, ReleaseResult, Step,
 };
@@ -353,12 +353,22 @@ impl RunSupervisor {
                 let result = ReleaseResult::evidence_validation_failed(&self.run_id);
                 self.commit(result, None, ctx);
             }
-            Step::Repair { draft, violations } => self.repair(draft, violations, ctx),
+            Step::Repair {
+                draft,
+                violations,
+                run,
+            } => self.repair(draft, violations, run, ctx),
         }
     }
 
     /// One repair call, then EvidenceGuard on the candidate.
-    fn repair(&mut self, draft: Draft, violations: Vec<Violation>, ctx: &mut Context<Self>) {
+    fn repair(
+        &mut self,
+        draft: Draft,
+        violations: Vec<Violation>,
+        judged: Box<ResolvedRun>,
+        ctx: &mut Context<Self>,
+    ) {
         self.repaired = true;
         let Some(evidence) = self.evidence.take() else {
             return self.finish(
@@ -372,8 +382,7 @@ impl RunSupervisor {
             return self.commit(result, None, ctx);
         };
         let evidence_guard = self.evidence_guard();
-        let usable = evidence
-            .resolve(&[])
+        let usable = judged
             .usable_in_call_order()
             .into_iter()
             .map(|c| UsableCallRef {
@@ -414,6 +423,7 @@ impl RunSupervisor {
                     original: draft,
                     candidate,
                     evidence: evidence.clone(),
+                    judged,
                     policy: config.release_policy(),
                 })
                 .await

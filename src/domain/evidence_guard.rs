@@ -144,7 +144,7 @@ pub struct RunEvidence {
 }
 
 /// Every loaded record judged once: usable calls and rejections by call id.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ResolvedRun {
     pub run_id: String,
     pub calls: Vec<String>,
@@ -155,6 +155,14 @@ pub struct ResolvedRun {
 impl RunEvidence {
     /// Judges the calls list and the cited ids; a cited id with no record is "missing".
     pub fn resolve(&self, cited: &[String]) -> ResolvedRun {
+        self.resolve_reusing(cited, ResolvedRun::default())
+    }
+
+    /// [`RunEvidence::resolve`], taking each call that `before` (an earlier resolution of
+    /// this evidence, e.g. of the Draft before its repair) already judged instead of
+    /// parsing its record again. A call judged missing is looked up again: its record may
+    /// have been loaded since.
+    pub fn resolve_reusing(&self, cited: &[String], mut before: ResolvedRun) -> ResolvedRun {
         let mut resolved = ResolvedRun {
             run_id: self.run_id.clone(),
             calls: self.calls.clone(),
@@ -166,6 +174,16 @@ impl RunEvidence {
                 || resolved.rejected.contains_key(id)
             {
                 continue;
+            }
+            if let Some((id, call)) = before.usable.remove_entry(id) {
+                resolved.usable.insert(id, call);
+                continue;
+            }
+            if let Some((id, rejection)) = before.rejected.remove_entry(id) {
+                if rejection.rule != Rule::CallMissing {
+                    resolved.rejected.insert(id, rejection);
+                    continue;
+                }
             }
             let unreadable = self
                 .calls_unreadable
@@ -426,6 +444,37 @@ pub(crate) mod tests {
             records,
             ..RunEvidence::default()
         }
+    }
+
+    #[test]
+    fn a_resolution_reused_after_a_repair_is_the_resolution_from_scratch() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut evidence = run_evidence();
+        // Cited by the original only: usable, rejected (another run's record), missing.
+        evidence
+            .records
+            .insert("c-old".into(), log_found("r", "c-old"));
+        evidence
+            .records
+            .insert("c-foreign".into(), log_found("other", "c-foreign"));
+        let original = ids(&["c-log", "c-old", "c-foreign", "c-late", " "]);
+        let before = evidence.resolve(&original);
+        assert_eq!(before.rejected["c-late"].rule, Rule::CallMissing);
+        let log_scope = before.usable["c-log"].shared_scope().clone();
+        // The repair's candidate cites others; "c-late" was written meanwhile and is
+        // loaded with the candidate's records.
+        evidence
+            .records
+            .insert("c-late".into(), log_found("r", "c-late"));
+        let candidate = ids(&["c-log", "c-foreign", "c-late", "c-new"]);
+        let reused = evidence.resolve_reusing(&candidate, before);
+        assert_eq!(reused, evidence.resolve(&candidate));
+        assert!(reused.usable.contains_key("c-late") && !reused.usable.contains_key("c-old"));
+        // Taken over, not parsed again: the very scope of the first resolution.
+        assert!(std::sync::Arc::ptr_eq(
+            reused.usable["c-log"].shared_scope(),
+            &log_scope
+        ));
     }
 
     pub(crate) fn good_draft() -> Draft {

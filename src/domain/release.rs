@@ -258,6 +258,9 @@ pub enum Step {
     Repair {
         draft: Draft,
         violations: Vec<Violation>,
+        /// The run as EvidenceGuard judged it for this Draft: the repair's check takes
+        /// these calls from it rather than parsing their records again.
+        run: Box<ResolvedRun>,
     },
     /// EvidenceGuard passed: SemanticGuard reviews the Draft against the snapshot.
     Judge(Box<Judgeable>),
@@ -334,7 +337,11 @@ pub fn begin(
         },
         Err(violations) => {
             audit.violations = violations.clone();
-            Step::Repair { draft, violations }
+            Step::Repair {
+                draft,
+                violations,
+                run: Box::new(run),
+            }
         }
     }
 }
@@ -390,6 +397,26 @@ pub fn after_repair(
     policy: &ReleasePolicy,
     audit: &mut Audit,
 ) -> Step {
+    after_repair_reusing(
+        original,
+        candidate,
+        evidence,
+        ResolvedRun::default(),
+        policy,
+        audit,
+    )
+}
+
+/// [`after_repair`], taking the calls that `before` (the run as [`begin`] judged it, in
+/// [`Step::Repair`]) already judged rather than parsing their records again.
+pub fn after_repair_reusing(
+    original: &Draft,
+    candidate: Result<Draft, RepairFailure>,
+    evidence: &RunEvidence,
+    before: ResolvedRun,
+    policy: &ReleasePolicy,
+    audit: &mut Audit,
+) -> Step {
     let run_id = evidence.run_id.as_str();
     let candidate = match candidate {
         Ok(c) => c,
@@ -405,7 +432,7 @@ pub fn after_repair(
         ));
         return Step::Finish(ReleaseResult::evidence_validation_failed(run_id));
     }
-    let run = evidence.resolve(&candidate.cited_call_ids());
+    let run = evidence.resolve_reusing(&candidate.cited_call_ids(), before);
     // The candidate may cite calls the original did not, whose ids its text may name.
     let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
     let mut violations = check_concluded(&candidate, &run).err().unwrap_or_default();
