@@ -165,11 +165,7 @@ impl<'a> Redactor<'a> {
     /// Whether [`Redactor::scope_value`] gives `value` back as it is: no string or key is
     /// masked or cut, no array or object is cut or too deep, no key is [`ELIDED`].
     fn scope_unchanged(&self, value: &Value, level: usize) -> bool {
-        let keep = if level == 1 {
-            usize::MAX
-        } else {
-            self.limits.max_scope_items
-        };
+        let keep = self.items_kept(level);
         match value {
             Value::String(s) => self.text_unchanged(s),
             Value::Array(_) | Value::Object(_) if level >= MAX_SCOPE_DEPTH => false,
@@ -207,14 +203,18 @@ impl<'a> Redactor<'a> {
         self.ids.first_in(text).is_none()
     }
 
-    fn scope_value(&self, value: &Value, level: usize) -> Value {
-        // The scope's own keys are the projection's fixed fields: only what is below them
-        // is cut by count.
-        let keep = if level == 1 {
+    /// Entries kept of an array or object at `level` of a scope. The scope's own keys are
+    /// the projection's fixed fields: only what is below them is cut by count.
+    fn items_kept(&self, level: usize) -> usize {
+        if level == 1 {
             usize::MAX
         } else {
             self.limits.max_scope_items
-        };
+        }
+    }
+
+    fn scope_value(&self, value: &Value, level: usize) -> Value {
+        let keep = self.items_kept(level);
         match value {
             Value::String(s) => Value::String(self.text(s)),
             Value::Array(_) | Value::Object(_) if level >= MAX_SCOPE_DEPTH => {
