@@ -45,12 +45,47 @@ pub struct RunIdentifiers {
     /// The distinct lengths of the call ids, longest first: at one position the longest
     /// id wins.
     lengths: Vec<usize>,
-    /// Whether some call id starts with this byte: most positions are ruled out by it.
-    first_bytes: Vec<bool>,
-    /// Whether a call id or a key marker starts with this byte.
-    starts: Vec<bool>,
+    /// The bytes some call id starts with: most positions are ruled out by them.
+    first_bytes: ByteSet,
+    /// The bytes a call id or a key marker starts with.
+    starts: ByteSet,
+    /// Those bytes, when there are at most three of them (the usual case: one call id
+    /// prefix and the key prefix): then the text is searched for them with `memchr`.
+    few_starts: Option<Vec<u8>>,
     /// `P:run:` and `P:release:`.
     key_markers: [String; 2],
+}
+
+/// A set of bytes, one bit each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct ByteSet([u64; 4]);
+
+impl ByteSet {
+    fn insert(&mut self, b: u8) {
+        self.0[usize::from(b >> 6)] |= 1 << (b & 63);
+    }
+
+    fn contains(&self, b: u8) -> bool {
+        self.0[usize::from(b >> 6)] >> (b & 63) & 1 == 1
+    }
+
+    fn len(&self) -> u32 {
+        self.0.iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// The bytes in the set, in ascending order.
+    fn iter(&self) -> impl Iterator<Item = u8> + '_ {
+        (0u8..4).flat_map(move |word| {
+            let mut bits = self.0[usize::from(word)];
+            std::iter::from_fn(move || {
+                let bit = u8::try_from(bits.trailing_zeros())
+                    .ok()
+                    .filter(|&b| b < 64)?;
+                bits &= bits - 1;
+                Some(word * 64 + bit)
+            })
+        })
+    }
 }
 
 /// An identifier found in a text.
@@ -101,30 +136,28 @@ impl RunIdentifiers {
             .map(Into::into)
             .filter(|id: &String| !id.trim().is_empty())
             .collect();
-        let mut lengths: Vec<usize> = call_ids
-            .iter()
-            .map(String::len)
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
+        let mut lengths: Vec<usize> = call_ids.iter().map(String::len).collect();
         lengths.sort_unstable_by(|a, b| b.cmp(a));
-        let mut first_bytes = vec![false; 256];
+        lengths.dedup();
+        let mut first_bytes = ByteSet::default();
         for id in &call_ids {
-            first_bytes[usize::from(id.as_bytes()[0])] = true;
+            first_bytes.insert(id.as_bytes()[0]);
         }
         let key_markers = [
             format!("{key_prefix}:run:"),
             format!("{key_prefix}:release:"),
         ];
-        let mut starts = first_bytes.clone();
+        let mut starts = first_bytes;
         for marker in &key_markers {
-            starts[usize::from(marker.as_bytes()[0])] = true;
+            starts.insert(marker.as_bytes()[0]);
         }
+        let few_starts = (starts.len() <= 3).then(|| starts.iter().collect());
         RunIdentifiers {
             call_ids,
             lengths,
             first_bytes,
             starts,
+            few_starts,
             key_markers,
         }
     }
@@ -184,6 +217,19 @@ impl RunIdentifiers {
         })
     }
 
+    /// The first position at or after `from` whose byte can start a call id or a key.
+    fn next_start(&self, bytes: &[u8], from: usize) -> Option<usize> {
+        let rest = bytes.get(from..)?;
+        let found = match self.few_starts.as_deref() {
+            Some([]) => None,
+            Some([a]) => memchr::memchr(*a, rest),
+            Some([a, b]) => memchr::memchr2(*a, *b, rest),
+            Some([a, b, c]) => memchr::memchr3(*a, *b, *c, rest),
+            _ => rest.iter().position(|&b| self.starts.contains(b)),
+        };
+        found.map(|i| from + i)
+    }
+
     /// The identifier starting at byte `at` of `text`, and where it ends. `prev_token`:
     /// whether the character before `at` (as the copy shows it) is a token character.
     fn match_at<'a>(
@@ -193,14 +239,14 @@ impl RunIdentifiers {
         prev_token: bool,
     ) -> Option<(Piece<'a>, usize)> {
         let rest = &text[at..];
+        let first = *rest.as_bytes().first()?;
         for marker in &self.key_markers {
-            if rest.starts_with(marker.as_str()) {
+            if marker.as_bytes()[0] == first && rest.starts_with(marker.as_str()) {
                 let len = rest.find(ends_key).unwrap_or(rest.len());
                 return Some((Piece::RedisKey(&rest[..len]), at + len));
             }
         }
-        let first = *rest.as_bytes().first()?;
-        if prev_token || !self.first_bytes[usize::from(first)] {
+        if prev_token || !self.first_bytes.contains(first) {
             return None;
         }
         self.lengths.iter().find_map(|&len| {
@@ -244,10 +290,9 @@ impl<'a> Iterator for Pieces<'a> {
         // only bytes that can start a key marker or a call id (never a UTF-8 continuation
         // byte, so always at a character boundary) are looked at more closely.
         let bytes = self.text.as_bytes();
-        for at in self.pos..bytes.len() {
-            if !self.ids.starts[usize::from(bytes[at])] {
-                continue;
-            }
+        let mut from = self.pos;
+        while let Some(at) = self.ids.next_start(bytes, from) {
+            from = at + 1;
             let prev_token = at > self.pos && is_token_byte(bytes[at - 1]);
             if let Some((piece, end)) = self.ids.match_at(self.text, at, prev_token) {
                 if at == self.pos {
@@ -334,6 +379,33 @@ mod tests {
 
     fn masked(ids: &RunIdentifiers, text: &str) -> String {
         ids.pieces(text).map(|p| p.masked()).collect()
+    }
+
+    proptest::proptest! {
+        /// A byte set holds exactly the bytes put in it, listed in order.
+        #[test]
+        fn a_byte_set_lists_its_bytes(bytes in proptest::collection::btree_set(proptest::num::u8::ANY, 0..20)) {
+            let mut set = ByteSet::default();
+            for &b in &bytes {
+                set.insert(b);
+            }
+            proptest::prop_assert_eq!(set.iter().collect::<Vec<_>>(), bytes.iter().copied().collect::<Vec<_>>());
+            proptest::prop_assert_eq!(set.len() as usize, bytes.len());
+            proptest::prop_assert!((0..=u8::MAX).all(|b| set.contains(b) == bytes.contains(&b)));
+        }
+
+        /// The `memchr` search for start bytes finds what a scan of every byte finds.
+        #[test]
+        fn searching_for_start_bytes_finds_what_a_full_scan_finds(
+            text in "[ca1.b:-P aiopsrunelé\"]{0,60}",
+        ) {
+            let fast = RunIdentifiers::new(["c-1", "c-1.b"], "aiops");
+            proptest::prop_assert!(fast.few_starts.is_some());
+            let slow = RunIdentifiers { few_starts: None, ..fast.clone() };
+            let a: Vec<_> = fast.pieces(&text).collect();
+            let b: Vec<_> = slow.pieces(&text).collect();
+            proptest::prop_assert_eq!(a, b);
+        }
     }
 
     #[test]

@@ -308,7 +308,7 @@ pub fn begin(
         }
         audit.path = Some(ReleasePath::NoConclusion);
         audit.excluded_references = review_references(&draft, &run);
-        return Step::Finish(insufficient_evidence(&run, policy, audit));
+        return Step::Finish(insufficient_evidence_masking(&run, &ids, policy, audit));
     }
     audit.path = Some(ReleasePath::Concluded);
     let checked = check_concluded(&draft, &run);
@@ -353,8 +353,17 @@ fn insufficient_evidence(
     audit: &mut Audit,
 ) -> ReleaseResult {
     let ids = RunIdentifiers::of_run(run, &policy.key_prefix);
-    let progress =
-        ProgressSnapshot::build(run, policy.max_facts, &Redactor::new(&ids, policy.copy));
+    insufficient_evidence_masking(run, &ids, policy, audit)
+}
+
+/// [`insufficient_evidence`], masking the identifiers `ids` (those of `run`).
+fn insufficient_evidence_masking(
+    run: &ResolvedRun,
+    ids: &RunIdentifiers,
+    policy: &ReleasePolicy,
+    audit: &mut Audit,
+) -> ReleaseResult {
+    let progress = ProgressSnapshot::build(run, policy.max_facts, &Redactor::new(ids, policy.copy));
     audit.facts_dropped = progress.facts_dropped;
     ReleaseResult::insufficient_evidence(&run.run_id, progress)
 }
