@@ -7,12 +7,11 @@
 //! Entry points: [`Redactor::text`], [`Redactor::excerpt`], [`Redactor::cell`],
 //! [`Redactor::scope`] and [`json_len`].
 
-use std::sync::Arc;
-
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::identifiers::{Piece, RunIdentifiers};
+use super::scope::Scope;
 
 /// The end of every string that was cut.
 pub const TRUNCATED: &str = "…[truncated]";
@@ -155,11 +154,15 @@ impl<'a> Redactor<'a> {
 
     /// [`Redactor::scope`] of a shared scope: the scope itself when bounding leaves it
     /// unchanged (most scopes), else its bounded copy.
-    pub fn shared_scope(&self, scope: &Arc<Value>) -> Arc<Value> {
-        if self.scope_unchanged(scope, 1) {
-            return Arc::clone(scope);
+    pub fn shared_scope(&self, scope: &Scope) -> Scope {
+        // The scope's own keys are checked as an object's are at its level.
+        let unchanged = scope.entries().all(|(key, item)| {
+            key != ELIDED && self.text_unchanged(key) && self.scope_unchanged(item, 2)
+        });
+        if unchanged {
+            return scope.clone();
         }
-        Arc::new(self.scope_value(scope, 1))
+        Scope::of(self.scope_value(&scope.to_value(), 1))
     }
 
     /// Whether [`Redactor::scope_value`] gives `value` back as it is: no string or key is
@@ -529,6 +532,27 @@ pub(crate) mod tests {
             let r = redactor(&ids);
             prop_assert_eq!(r.scope(&scope), r.scope_value(&scope, 1));
             prop_assert_eq!(r.scope_unchanged(&scope, 1), r.scope_value(&scope, 1) == scope);
+        }
+
+        /// A shared scope is bounded as its JSON object is: the same entries in the same
+        /// order, and the very same entries when nothing changes.
+        #[test]
+        fn a_shared_scope_is_bounded_as_its_object(scope in scope_strategy()) {
+            let ids = ids();
+            let r = redactor(&ids);
+            let object = match scope {
+                Value::Object(_) => scope,
+                other => json!({"params": other, "query": "c-1 q"}),
+            };
+            let shared = Scope::of(object.clone());
+            let bounded = r.shared_scope(&shared);
+            prop_assert_eq!(json_len(&bounded), json_len(&r.scope(&object)));
+            prop_assert_eq!(
+                serde_json::to_string(&bounded).unwrap(),
+                serde_json::to_string(&r.scope(&object)).unwrap()
+            );
+            prop_assert_eq!(Scope::ptr_eq(&bounded, &shared), r.scope(&object) == object);
+            prop_assert!(shared.json_len_bound() >= json_len(&shared));
         }
 
         /// The bound from lengths is never below the size written.

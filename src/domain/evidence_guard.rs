@@ -430,6 +430,7 @@ pub fn review_references(draft: &Draft, run: &ResolvedRun) -> Vec<ExcludedRefere
 pub(crate) mod tests {
     use super::*;
     use crate::domain::invocation::tests::{log_found, mysql_none, rag_found, record};
+    use crate::domain::scope::Scope;
     use serde_json::json;
 
     /// A run "r" with a found log call, a no-evidence mysql call and a found rag call.
@@ -460,7 +461,7 @@ pub(crate) mod tests {
         let original = ids(&["c-log", "c-old", "c-foreign", "c-late", " "]);
         let before = evidence.resolve(&original);
         assert_eq!(before.rejected["c-late"].rule, Rule::CallMissing);
-        let log_scope = before.usable["c-log"].shared_scope().clone();
+        let log_scope = before.usable["c-log"].scope().clone();
         // The repair's candidate cites others; "c-late" was written meanwhile and is
         // loaded with the candidate's records.
         evidence
@@ -471,10 +472,7 @@ pub(crate) mod tests {
         assert_eq!(reused, evidence.resolve(&candidate));
         assert!(reused.usable.contains_key("c-late") && !reused.usable.contains_key("c-old"));
         // Taken over, not parsed again: the very scope of the first resolution.
-        assert!(std::sync::Arc::ptr_eq(
-            reused.usable["c-log"].shared_scope(),
-            &log_scope
-        ));
+        assert!(Scope::ptr_eq(reused.usable["c-log"].scope(), &log_scope));
     }
 
     pub(crate) fn good_draft() -> Draft {

@@ -7,12 +7,13 @@
 //! the record and with its own data.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::evidence_guard::Rule;
+use super::scope::Scope;
+pub use super::scope::Scoped;
 
 /// The HASH fields of one canonical invocation record that the guard reads, as stored
 /// (decoded as UTF-8 by the store; a record that is not is unusable before it gets here).
@@ -87,35 +88,6 @@ impl EvidenceStatus {
             "ERROR" => Some(EvidenceStatus::Error),
             _ => None,
         }
-    }
-}
-
-/// A projection's `scope`: parsed strictly as `T`, and kept exactly as written (key order,
-/// number forms) for what the harness shows. Only readable from JSON text.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Scoped<T> {
-    pub typed: T,
-    /// Shared: a scope that bounding leaves unchanged is shown as this very value.
-    pub raw: Arc<Value>,
-}
-
-impl<T> std::ops::Deref for Scoped<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.typed
-    }
-}
-
-impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Scoped<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::Error;
-        // Read once as written; the typed view is taken from that, not from the text again.
-        let raw = Value::deserialize(d)?;
-        let typed = T::deserialize(&raw).map_err(D::Error::custom)?;
-        Ok(Scoped {
-            typed,
-            raw: Arc::new(raw),
-        })
     }
 }
 
@@ -266,13 +238,9 @@ pub struct UsableCall {
 }
 
 impl UsableCall {
-    /// The projection's `scope`, unchanged (key order and number forms as the agent wrote them).
-    pub fn scope(&self) -> &Value {
-        self.shared_scope()
-    }
-
-    /// [`UsableCall::scope`], to share.
-    pub fn shared_scope(&self) -> &Arc<Value> {
+    /// The projection's `scope`, unchanged (key order and number forms as the agent wrote
+    /// them), to share.
+    pub fn scope(&self) -> &Scope {
         match &self.projection {
             Projection::Rag(p) => &p.scope.raw,
             Projection::Log(p) => &p.scope.raw,

@@ -2,6 +2,7 @@
 //!
 //! - [`draft`]: the Draft and its strict parser.
 //! - [`invocation`]: canonical invocation records and tool projections.
+//! - [`scope`]: a projection's scope, as parsed and as shown.
 //! - [`evidence_guard`]: EvidenceGuard rules and the no-conclusion reference review.
 //! - [`identifiers`]: the run's call ids and Redis keys, found and masked in text.
 //! - [`bounded`]: what is copied from records, masked and bounded.
@@ -22,4 +23,5 @@ pub mod invocation;
 pub mod release;
 pub mod repair_check;
 pub mod request;
+pub mod scope;
 pub mod snapshot;

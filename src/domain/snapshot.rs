@@ -7,17 +7,16 @@
 //! of CONTRACT §3. Every string they copy from a record goes through a [`Redactor`]:
 //! masked and bounded (`evidence.*`), so the shown scope is not the record's scope verbatim.
 
-use std::sync::Arc;
-
 use foldhash::HashMap;
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::bounded::{json_len, json_len_bound, str_json_len_bound, Redactor};
+use super::bounded::{json_len, str_json_len_bound, Redactor};
 use super::draft::{AnalysisKind, Draft};
 use super::evidence_guard::ResolvedRun;
 use super::invocation::{EvidenceStatus, Projection, ToolName, UsableCall};
+use super::scope::Scope;
 
 /// Bounds of the verified snapshot (config section `snapshot`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +45,7 @@ impl Default for SnapshotLimits {
 pub struct VerifiedSource {
     pub tool: ToolName,
     pub source: String,
-    pub scope: Arc<Value>,
+    pub scope: Scope,
 }
 
 /// The evidence SemanticGuard reads, grouped by analysis.
@@ -67,7 +66,7 @@ pub struct AnalysisEvidence {
 pub struct EvidenceItem {
     pub tool: ToolName,
     pub evidence_status: EvidenceStatus,
-    pub scope: Arc<Value>,
+    pub scope: Scope,
     /// When the tool call finished (the record's `finished_at`), if recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<String>,
@@ -196,7 +195,7 @@ impl EvidenceItem {
         EvidenceItem {
             tool: call.tool,
             evidence_status: call.evidence_status,
-            scope: redact.shared_scope(call.shared_scope()),
+            scope: redact.shared_scope(call.scope()),
             observed_at: optional(&call.finished_at),
             data,
         }
@@ -265,7 +264,7 @@ impl VerifiedSnapshot {
     }
 
     /// Every (tool, source, scope) the sources are taken from, in citation order.
-    fn source_candidates(&self) -> impl Iterator<Item = (ToolName, &str, &Arc<Value>)> {
+    fn source_candidates(&self) -> impl Iterator<Item = (ToolName, &str, &Scope)> {
         self.analyses
             .iter()
             .flat_map(|a| a.evidence.iter())
@@ -276,7 +275,7 @@ impl VerifiedSnapshot {
             })
     }
 
-    fn source_refs(&self, max_bytes: usize) -> Result<Vec<SourceRef<'_, Arc<Value>>>, usize> {
+    fn source_refs(&self, max_bytes: usize) -> Result<Vec<SourceRef<'_>>, usize> {
         distinct_source_refs(self.source_candidates(), max_bytes)
     }
 }
@@ -288,12 +287,12 @@ const ENTRY_FRAME_BOUND: usize = 64;
 /// At least the JSON size of the verified sources taken from `candidates` (each counted,
 /// distinct or not), from lengths alone.
 fn sources_len_bound<'a>(
-    candidates: impl Iterator<Item = (ToolName, &'a str, &'a Arc<Value>)>,
+    candidates: impl Iterator<Item = (ToolName, &'a str, &'a Scope)>,
 ) -> usize {
     candidates.fold(2usize, |size, (tool, source, scope)| {
         size.saturating_add(ENTRY_FRAME_BOUND + tool.as_str().len())
             .saturating_add(str_json_len_bound(source))
-            .saturating_add(json_len_bound(scope))
+            .saturating_add(scope.json_len_bound())
             .saturating_add(1)
     })
 }
@@ -301,7 +300,7 @@ fn sources_len_bound<'a>(
 /// The (tool, source, scope) of the sources of `shown` facts, in order.
 fn fact_sources(
     shown: &[(ObservedFact, Vec<String>)],
-) -> impl Iterator<Item = (ToolName, &str, &Arc<Value>)> {
+) -> impl Iterator<Item = (ToolName, &str, &Scope)> {
     shown.iter().flat_map(|(fact, sources)| {
         sources
             .iter()
@@ -313,54 +312,29 @@ impl ObservedFact {
     /// At least the fact's JSON size, from lengths alone.
     fn json_len_bound(&self) -> usize {
         (ENTRY_FRAME_BOUND + self.tool.as_str().len() + self.evidence_status.as_str().len())
-            .saturating_add(json_len_bound(&self.scope))
+            .saturating_add(self.scope.json_len_bound())
             .saturating_add(str_json_len_bound(&self.summary))
     }
 }
 
 /// A [`VerifiedSource`] borrowed from what it is taken from: the same JSON, no copy.
 #[derive(Serialize)]
-struct SourceRef<'a, S> {
+struct SourceRef<'a> {
     tool: ToolName,
     source: &'a str,
-    scope: &'a S,
+    scope: &'a Scope,
 }
 
-/// A scope as a source shows it: shared, or (in tests) a plain value.
-trait SourceScope: Serialize {
-    fn value(&self) -> &Value;
-    fn shared(&self) -> Arc<Value>;
-}
-
-impl SourceScope for Arc<Value> {
-    fn value(&self) -> &Value {
-        self
-    }
-    fn shared(&self) -> Arc<Value> {
-        Arc::clone(self)
-    }
-}
-
-#[cfg(test)]
-impl SourceScope for Value {
-    fn value(&self) -> &Value {
-        self
-    }
-    fn shared(&self) -> Arc<Value> {
-        Arc::new(self.clone())
-    }
-}
-
-impl<S: SourceScope> SourceRef<'_, S> {
+impl SourceRef<'_> {
     fn to_owned(&self) -> VerifiedSource {
         VerifiedSource {
             tool: self.tool,
             source: self.source.to_string(),
-            scope: self.scope.shared(),
+            scope: self.scope.clone(),
         }
     }
 
-    fn to_owned_all(sources: Vec<SourceRef<'_, S>>) -> Vec<VerifiedSource> {
+    fn to_owned_all(sources: Vec<SourceRef<'_>>) -> Vec<VerifiedSource> {
         sources.iter().map(SourceRef::to_owned).collect()
     }
 }
@@ -369,7 +343,7 @@ impl<S: SourceScope> SourceRef<'_, S> {
 /// most `max_bytes`; past that, `Err` with the size reached (and no more work done).
 #[cfg(test)]
 fn distinct_sources<'a>(
-    candidates: impl Iterator<Item = (ToolName, &'a str, &'a Value)>,
+    candidates: impl Iterator<Item = (ToolName, &'a str, &'a Scope)>,
     max_bytes: usize,
 ) -> Result<Vec<VerifiedSource>, usize> {
     distinct_source_refs(candidates, max_bytes).map(SourceRef::to_owned_all)
@@ -378,28 +352,24 @@ fn distinct_sources<'a>(
 /// The distinct (tool, source, scope) candidates in order, borrowed, while their JSON
 /// array takes at most `max_bytes` (not measured when that is `usize::MAX`); past that,
 /// `Err` with the size reached (and no more work done).
-fn distinct_source_refs<'a, S: SourceScope>(
-    candidates: impl Iterator<Item = (ToolName, &'a str, &'a S)>,
+fn distinct_source_refs<'a>(
+    candidates: impl Iterator<Item = (ToolName, &'a str, &'a Scope)>,
     max_bytes: usize,
-) -> Result<Vec<SourceRef<'a, S>>, usize> {
-    // Scopes are compared as JSON values (Value has no Hash): per (tool, source), the
+) -> Result<Vec<SourceRef<'a>>, usize> {
+    // Scopes are compared as JSON objects (they have no Hash): per (tool, source), the
     // scopes already taken.
-    let mut seen: HashMap<(ToolName, &str), Vec<&Value>> = HashMap::default();
+    let mut seen: HashMap<(ToolName, &str), Vec<&Scope>> = HashMap::default();
     let mut out = Vec::new();
     let mut size = 2usize; // []
-    for (tool, source, shown) in candidates {
-        let scope = shown.value();
+    for (tool, source, scope) in candidates {
         let scopes = seen.entry((tool, source)).or_default();
-        // A call's hits share one scope: the pointer test spares the value comparison.
-        if !scopes
-            .iter()
-            .any(|s| std::ptr::eq(*s, scope) || *s == scope)
-        {
+        // A call's hits share one scope: the comparison starts with a pointer test.
+        if !scopes.contains(&scope) {
             scopes.push(scope);
             let entry = SourceRef {
                 tool,
                 source,
-                scope: shown,
+                scope,
             };
             if max_bytes != usize::MAX {
                 size = size.saturating_add(json_len(&entry) + usize::from(!out.is_empty()));
@@ -419,7 +389,7 @@ fn distinct_source_refs<'a, S: SourceScope>(
 pub struct ObservedFact {
     pub tool: ToolName,
     pub evidence_status: EvidenceStatus,
-    pub scope: Arc<Value>,
+    pub scope: Scope,
     pub summary: String,
 }
 
@@ -444,7 +414,7 @@ impl ProgressSnapshot {
                 let fact = ObservedFact {
                     tool: call.tool,
                     evidence_status: call.evidence_status,
-                    scope: redact.shared_scope(call.shared_scope()),
+                    scope: redact.shared_scope(call.scope()),
                     summary: summarize(call, redact),
                 };
                 let sources = call
@@ -770,9 +740,9 @@ mod tests {
 
     #[test]
     fn a_source_is_distinct_by_tool_source_and_scope_value() {
-        let a = serde_json::json!({"service": "order-api", "limit": 50});
-        let same_reordered = serde_json::json!({"limit": 50, "service": "order-api"});
-        let other = serde_json::json!({"service": "order-api", "limit": 10});
+        let a = Scope::of(serde_json::json!({"service": "order-api", "limit": 50}));
+        let same_reordered = Scope::of(serde_json::json!({"limit": 50, "service": "order-api"}));
+        let other = Scope::of(serde_json::json!({"service": "order-api", "limit": 10}));
         let sources = distinct_sources(
             [
                 (ToolName::LogSearch, "order-api", &a),
@@ -992,7 +962,10 @@ mod tests {
             source in "[a-z\"\u{1}é-]{0,20}",
             found in any::<bool>(),
         ) {
-            let scope = Arc::new(scope);
+            let scope = match scope {
+                Value::Object(_) => Scope::of(scope),
+                other => Scope::of(serde_json::json!({"params": other, "query": "q"})),
+            };
             let (tool, evidence_status) = if found {
                 (ToolName::MysqlQuery, EvidenceStatus::EvidenceFound)
             } else {
