@@ -647,6 +647,36 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_scope_writing_a_key_twice_is_projection_invalid() {
+        let rec = log_found("r", "c");
+        let text = &rec["agent_result"];
+        assert!(text.contains(r#""limit":50"#), "{text}");
+        let mut twice = rec.clone();
+        twice.insert(
+            "agent_result".into(),
+            text.replacen(r#""limit":50"#, r#""limit":50,"limit":10"#, 1),
+        );
+        let rejected = resolve_call("r", "c", Some(&twice)).unwrap_err();
+        assert_eq!(rejected.rule, Rule::ProjectionInvalid);
+        assert!(
+            rejected.detail.contains("duplicate field"),
+            "{}",
+            rejected.detail
+        );
+        let mut array = rec.clone();
+        edit_projection(&mut array, |v| {
+            v["scope"] = json!([
+                "order-api",
+                "q",
+                "2026-12-01T10:00:00Z",
+                "2026-12-01T11:00:00Z",
+                50
+            ])
+        });
+        assert_eq!(rule_of("r", "c", &array), Rule::ProjectionInvalid);
+    }
+
+    #[test]
     fn projection_must_agree_with_its_record() {
         let mut tool = log_found("r", "c");
         edit_projection(&mut tool, |v| v["tool"] = json!("rag_search"));
