@@ -96,13 +96,20 @@ pub fn json_len_bound(value: &Value) -> usize {
         Value::Array(items) => items.iter().fold(2usize, |size, item| {
             size.saturating_add(json_len_bound(item)).saturating_add(1)
         }),
-        // Braces, and per entry its key, a colon and a comma.
-        Value::Object(entries) => entries.iter().fold(2usize, |size, (key, item)| {
-            size.saturating_add(str_json_len_bound(key))
-                .saturating_add(json_len_bound(item))
-                .saturating_add(2)
-        }),
+        Value::Object(entries) => {
+            object_len_bound(entries.iter().map(|(key, item)| (key.as_str(), item)))
+        }
     }
+}
+
+/// [`json_len_bound`] of an object with these entries.
+pub fn object_len_bound<'a>(entries: impl Iterator<Item = (&'a str, &'a Value)>) -> usize {
+    // Braces, and per entry its key, a colon and a comma.
+    entries.fold(2usize, |size, (key, item)| {
+        size.saturating_add(str_json_len_bound(key))
+            .saturating_add(json_len_bound(item))
+            .saturating_add(2)
+    })
 }
 
 /// Masks and bounds strings copied from one run's records.
@@ -155,11 +162,7 @@ impl<'a> Redactor<'a> {
     /// [`Redactor::scope`] of a shared scope: the scope itself when bounding leaves it
     /// unchanged (most scopes), else its bounded copy.
     pub fn shared_scope(&self, scope: &Scope) -> Scope {
-        // The scope's own keys are checked as an object's are at its level.
-        let unchanged = scope.entries().all(|(key, item)| {
-            key != ELIDED && self.text_unchanged(key) && self.scope_unchanged(item, 2)
-        });
-        if unchanged {
+        if self.entries_unchanged(scope.entries(), 1) {
             return scope.clone();
         }
         Scope::of(self.scope_value(&scope.to_value(), 1))
@@ -175,16 +178,24 @@ impl<'a> Redactor<'a> {
             Value::Array(items) => {
                 items.len() <= keep && items.iter().all(|i| self.scope_unchanged(i, level + 1))
             }
-            Value::Object(entries) => {
-                entries.len() <= keep
-                    && entries.iter().all(|(key, item)| {
-                        key != ELIDED
-                            && self.text_unchanged(key)
-                            && self.scope_unchanged(item, level + 1)
-                    })
-            }
+            Value::Object(entries) => self.entries_unchanged(
+                entries.iter().map(|(key, item)| (key.as_str(), item)),
+                level,
+            ),
             _ => true,
         }
+    }
+
+    /// [`Redactor::scope_unchanged`] of an object at `level` with these entries.
+    fn entries_unchanged<'e>(
+        &self,
+        mut entries: impl ExactSizeIterator<Item = (&'e str, &'e Value)>,
+        level: usize,
+    ) -> bool {
+        entries.len() <= self.items_kept(level)
+            && entries.all(|(key, item)| {
+                key != ELIDED && self.text_unchanged(key) && self.scope_unchanged(item, level + 1)
+            })
     }
 
     /// Whether [`Redactor::text`] gives `text` back as it is: nothing in it to mask, and

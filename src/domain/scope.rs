@@ -16,7 +16,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use super::bounded::{json_len_bound, str_json_len_bound};
+use super::bounded::object_len_bound;
 
 /// A scope key: one of the tools' fixed field names (not copied), or another key.
 type Key = Cow<'static, str>;
@@ -39,6 +39,11 @@ fn key_of(text: &str) -> Option<&'static str> {
     })
 }
 
+/// `text` as a key: a field name is not kept as its own copy.
+fn owned_key(text: String) -> Key {
+    key_of(&text).map_or(Cow::Owned(text), Cow::Borrowed)
+}
+
 /// A scope's entries in written order. Cheap to clone (shared); compared as a JSON object
 /// is (the same keys with equal values, in any order).
 #[derive(Clone, Default)]
@@ -51,10 +56,7 @@ impl Scope {
             Value::Object(entries) => Scope::from_entries(
                 entries
                     .into_iter()
-                    .map(|(key, value)| {
-                        let key = key_of(&key).map_or(Cow::Owned(key), Cow::Borrowed);
-                        (key, value)
-                    })
+                    .map(|(key, value)| (owned_key(key), value))
                     .collect(),
             ),
             _ => Scope::default(),
@@ -97,13 +99,9 @@ impl Scope {
         Arc::ptr_eq(&a.0, &b.0)
     }
 
-    /// At least the scope's JSON size, from lengths alone (see [`json_len_bound`]).
+    /// At least the scope's JSON size, from lengths alone (see [`object_len_bound`]).
     pub fn json_len_bound(&self) -> usize {
-        self.entries().fold(2usize, |size, (key, value)| {
-            size.saturating_add(str_json_len_bound(key))
-                .saturating_add(json_len_bound(value))
-                .saturating_add(2)
-        })
+        object_len_bound(self.entries())
     }
 }
 
@@ -211,7 +209,7 @@ impl<'de> Visitor<'de> for KeySeed {
     }
 
     fn visit_string<E: de::Error>(self, text: String) -> Result<Key, E> {
-        Ok(key_of(&text).map_or(Cow::Owned(text), Cow::Borrowed))
+        Ok(owned_key(text))
     }
 }
 
