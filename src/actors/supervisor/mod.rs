@@ -1,0 +1,373 @@
+//! The RunSupervisor: one per release, the run's state machine.
+//!
+//! begin (one script: stored result? lock taken? cancel marker?) → load (one script:
+//! marker, calls list, records) → EvidenceGuard (its actor) → Repair → EvidenceGuard →
+//! SemanticGuard → decision → fenced commit (one script: result or CANCELLED, audit,
+//! unlock, only while this release still holds the lock) → reply.
+//!
+//! Each step is one future spawned in this actor's context; its answer comes back to a
+//! method of the actor, which alone changes the run's state (audit, lock, phase) and starts
+//! the next step. `Cancel` drops the step in progress, aborts the children's pending model
+//! calls and commits CANCELLED. The registry renews the lease and polls the marker;
+//! `LockLost` from it ends the release with nothing stored. Once the commit is sent a
+//! Cancel changes nothing here: the commit itself checks the marker.
+//!
+//! The state and its messages live here; `steps` holds the decision's steps (begin, load,
+//! EvidenceGuard, Repair, SemanticGuard) and `commit` how a release ends (Cancel, a lost
+//! lock, the fenced commit, the answer).
+
+mod commit;
+mod steps;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::{
+    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, ResponseFuture,
+    SpawnHandle, WrapFuture,
+};
+use tokio::sync::oneshot;
+
+use super::budget::BudgetActor;
+use super::evidence_guard::EvidenceGuardActor;
+use super::registry::RunRegistry;
+use super::repair::RepairActor;
+use super::semantic_guard::SemanticGuardActor;
+use super::{AbortChild, Harness, ReleaseError, ReleaseRequest, Released, StopChild};
+use crate::domain::audit::{Audit, BudgetUse, CancelSource, ModelAttempt, ModelRole};
+use crate::domain::evidence_guard::RunEvidence;
+use crate::telemetry;
+
+/// The run's children, each started when the release first needs it (a replayed or
+/// refused release starts none, a deterministic one only the EvidenceGuard) and all
+/// stopped with the supervisor.
+#[derive(Default)]
+struct Children {
+    evidence_guard: Option<Addr<EvidenceGuardActor>>,
+    repair: Option<Addr<RepairActor>>,
+    semantic: Option<Addr<SemanticGuardActor>>,
+    budget: Option<Addr<BudgetActor>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for `Run`.
+    Idle,
+    /// The begin script is out; a Cancel is remembered and applied once it answers.
+    Beginning,
+    /// The lock is held and the decision runs; a Cancel aborts it.
+    Deciding,
+    /// The fenced commit is out (or the answer is given); Cancel is too late here.
+    Committing,
+}
+
+/// What this release knows of the run's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    /// Not held (never taken, freed by the commit, or lost).
+    None,
+    /// A step that takes or frees it failed midway: it may be held; unlock on the way out.
+    Maybe,
+    Held,
+}
+
+pub struct RunSupervisor {
+    id: u64,
+    run_id: String,
+    request: Option<ReleaseRequest>,
+    harness: Harness,
+    registry: Addr<RunRegistry>,
+    /// This release's lock token (from the registry, which renews the lease with it).
+    token: String,
+    lock: Lock,
+    audit: Audit,
+    began: Instant,
+    phase: Phase,
+    /// A cancel that arrived while the begin script was out.
+    cancel_requested: Option<CancelSource>,
+    /// The step in progress; cancelling it drops whatever it awaits.
+    step: Option<SpawnHandle>,
+    /// Who waits for the answer (the registry's caller). Dropping it answers nothing.
+    reply: Option<oneshot::Sender<Result<Released, ReleaseError>>>,
+    children: Children,
+    /// A model attempt sent and not yet recorded: on Cancel it is recorded as cancelled.
+    attempt_in_flight: Option<(AttemptStarted, Instant)>,
+    /// The operator's question, for the judge.
+    query: String,
+    /// The run's evidence as loaded, shared with the EvidenceGuard actor (never copied).
+    evidence: Option<Arc<RunEvidence>>,
+    /// A repair ran: the marker the load read is no longer fresh, and no second repair.
+    repaired: bool,
+    /// The registry was told the release is over.
+    forgotten: bool,
+}
+
+impl RunSupervisor {
+    pub fn new(
+        id: u64,
+        request: ReleaseRequest,
+        token: String,
+        harness: Harness,
+        registry: Addr<RunRegistry>,
+    ) -> Self {
+        let mut audit = Audit::new(&request.run_id, request.stop_reason);
+        let limits = harness.config.budget_limits();
+        audit.budget = BudgetUse {
+            max_model_calls: limits.max_model_calls,
+            max_tokens: limits.max_tokens,
+            max_bytes: limits.max_bytes,
+            ..BudgetUse::default()
+        };
+        RunSupervisor {
+            id,
+            run_id: request.run_id.clone(),
+            request: Some(request),
+            harness,
+            registry,
+            token,
+            lock: Lock::None,
+            audit,
+            began: Instant::now(),
+            phase: Phase::Idle,
+            cancel_requested: None,
+            step: None,
+            reply: None,
+            children: Children::default(),
+            attempt_in_flight: None,
+            query: String::new(),
+            evidence: None,
+            repaired: false,
+            forgotten: false,
+        }
+    }
+
+    fn evidence_guard(&mut self) -> Addr<EvidenceGuardActor> {
+        self.children
+            .evidence_guard
+            .get_or_insert_with(|| EvidenceGuardActor.start())
+            .clone()
+    }
+
+    /// What a model-calling child needs from its run (the run's one Budget actor, started
+    /// with the first of them).
+    fn attempt_context(
+        &mut self,
+        role: ModelRole,
+        client: crate::model::ModelClient,
+        ctx: &mut Context<Self>,
+    ) -> super::attempt::AttemptContext {
+        let limits = self.harness.config.budget_limits();
+        let budget = self
+            .children
+            .budget
+            .get_or_insert_with(|| BudgetActor::new(limits).start())
+            .clone();
+        super::attempt::AttemptContext {
+            role,
+            run_id: self.run_id.clone(),
+            client,
+            store: self.harness.store.clone(),
+            budget,
+            started: ctx.address().recipient(),
+            recorded: ctx.address().recipient(),
+        }
+    }
+
+    /// The Repair actor (None when no model is configured).
+    fn repair_actor(&mut self, ctx: &mut Context<Self>) -> Option<Addr<RepairActor>> {
+        if self.children.repair.is_none() {
+            let client = self.harness.model.clone()?;
+            let context = self.attempt_context(ModelRole::Repair, client, ctx);
+            let config = &self.harness.config;
+            let actor = RepairActor::new(
+                context,
+                config.repair.clone(),
+                config.model.name.clone(),
+                config.model.structured_output,
+            );
+            self.children.repair = Some(actor.start());
+        }
+        self.children.repair.clone()
+    }
+
+    /// The SemanticGuard actor (None when no model is configured).
+    fn semantic_actor(&mut self, ctx: &mut Context<Self>) -> Option<Addr<SemanticGuardActor>> {
+        if self.children.semantic.is_none() {
+            let client = self.harness.model.clone()?;
+            let context = self.attempt_context(ModelRole::Semantic, client, ctx);
+            let config = &self.harness.config;
+            let actor = SemanticGuardActor::new(
+                context,
+                config.semantic_guard.clone(),
+                config.model.name.clone(),
+                config.model.structured_output,
+            );
+            self.children.semantic = Some(actor.start());
+        }
+        self.children.semantic.clone()
+    }
+
+    fn stop_children(&mut self, abort: bool) {
+        let children = std::mem::take(&mut self.children);
+        tell(children.evidence_guard, abort);
+        tell(children.budget, abort);
+        tell(children.repair, abort);
+        tell(children.semantic, abort);
+    }
+
+    /// Spawns one step of the release; its output goes to `then`, unless a Cancel or a
+    /// lost lock drops it first.
+    fn spawn_step<T: 'static>(
+        &mut self,
+        ctx: &mut Context<Self>,
+        work: impl std::future::Future<Output = T> + 'static,
+        then: fn(&mut Self, T, &mut Context<Self>),
+    ) {
+        let handle = ctx.spawn(work.into_actor(self).map(move |output, actor, ctx| {
+            actor.step = None;
+            then(actor, output, ctx);
+        }));
+        self.step = Some(handle);
+    }
+}
+
+/// Stops a child that was started: `AbortChild` drops its pending model call first.
+fn tell<A>(child: Option<Addr<A>>, abort: bool)
+where
+    A: Handler<AbortChild> + Handler<StopChild>,
+    A::Context: actix::dev::ToEnvelope<A, AbortChild> + actix::dev::ToEnvelope<A, StopChild>,
+{
+    match (child, abort) {
+        (Some(child), true) => child.do_send(AbortChild),
+        (Some(child), false) => child.do_send(StopChild),
+        (None, _) => {}
+    }
+}
+
+impl Actor for RunSupervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _: &mut Self::Context) {
+        super::actor_started();
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        self.stop_children(true);
+        self.forget();
+        super::actor_stopped();
+    }
+}
+
+/// Sent by the registry once: run the release. Answers its result (or why there is none).
+#[derive(Message)]
+#[rtype(result = "Result<Released, ReleaseError>")]
+pub struct Run;
+
+/// Sent by the registry when a cancel for this run arrives (HTTP, pub/sub, marker poll).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct Cancel(pub CancelSource);
+
+/// Sent by the registry when renewing this release's lease found the lock gone.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct LockLost;
+
+/// Sent by a model-calling child just before a request goes out.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct AttemptStarted {
+    pub role: ModelRole,
+    pub attempt: u32,
+    pub request_bytes: u64,
+}
+
+/// Sent by a model-calling child when an attempt ended or was denied: for the audit and
+/// the metrics, with the run's budget use after it.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct AttemptRecorded {
+    pub attempt: ModelAttempt,
+    pub budget: BudgetUse,
+}
+
+impl Handler<AttemptStarted> for RunSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: AttemptStarted, _: &mut Self::Context) {
+        self.attempt_in_flight = Some((msg, Instant::now()));
+    }
+}
+
+impl Handler<AttemptRecorded> for RunSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: AttemptRecorded, _: &mut Self::Context) {
+        self.attempt_in_flight = None;
+        let a = &msg.attempt;
+        telemetry::model_attempt(
+            a.role,
+            a.outcome,
+            Duration::from_secs_f64(a.latency_ms / 1000.0),
+            a.prompt_tokens,
+            a.completion_tokens,
+        );
+        tracing::info!(
+            run_id = %self.run_id,
+            role = a.role.as_str(),
+            attempt = a.attempt,
+            result = a.outcome.as_str(),
+            latency_ms = a.latency_ms,
+            "model attempt"
+        );
+        self.audit.budget = msg.budget;
+        self.audit.model_attempts.push(msg.attempt);
+    }
+}
+
+impl Handler<Cancel> for RunSupervisor {
+    type Result = ();
+    fn handle(&mut self, msg: Cancel, ctx: &mut Self::Context) {
+        match self.phase {
+            Phase::Idle | Phase::Beginning => {
+                self.cancel_requested.get_or_insert(msg.0);
+            }
+            Phase::Deciding => self.cancelled(msg.0, ctx),
+            Phase::Committing => {}
+        }
+    }
+}
+
+impl Handler<LockLost> for RunSupervisor {
+    type Result = ();
+    fn handle(&mut self, _: LockLost, ctx: &mut Self::Context) {
+        if self.phase == Phase::Deciding && self.lock == Lock::Held {
+            self.lock_lost(ctx);
+        }
+    }
+}
+
+impl Handler<Run> for RunSupervisor {
+    type Result = ResponseFuture<Result<Released, ReleaseError>>;
+
+    fn handle(&mut self, _: Run, ctx: &mut Self::Context) -> Self::Result {
+        if self.phase != Phase::Idle {
+            return Box::pin(async { Err(ReleaseError::Internal("Run sent twice".into())) });
+        }
+        let (tx, rx) = oneshot::channel();
+        self.reply = Some(tx);
+        self.phase = Phase::Beginning;
+        self.audit.timings.started_at = chrono::Utc::now().to_rfc3339();
+        let store = self.harness.store.clone();
+        let run_id = self.run_id.clone();
+        let token = self.token.clone();
+        let lease = self.harness.config.lock_lease();
+        let begin = async move { store.begin(&run_id, &token, lease).await };
+        self.spawn_step(ctx, begin, Self::begun);
+        Box::pin(async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(ReleaseError::Internal(
+                    "the release ended without an answer".into(),
+                ))
+            })
+        })
+    }
+}
