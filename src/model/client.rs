@@ -16,11 +16,12 @@ use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::middleware::HttpRequestFactory;
 use async_openai::Client;
-use serde_json::Value;
 
 use super::prompts::PreparedRequest;
+use super::verdict::Envelope;
 use crate::config::ModelConfig;
 use crate::domain::audit::AttemptOutcome;
+use serde_json::Value;
 
 /// Why a call produced no envelope: `Transport` (connect, reset, a server fault),
 /// `Rejected` (the server refused the request as invalid: not worth sending again) or
@@ -61,11 +62,12 @@ impl ModelClient {
         Ok(ModelClient { client })
     }
 
-    /// One POST of the prepared bytes; the chat-completion envelope as JSON.
-    pub async fn send(&self, request: &PreparedRequest) -> Result<Value, SendFailure> {
+    /// One POST of the prepared bytes; the parts of the chat-completion envelope that are
+    /// read, taken from the answer's bytes in one pass.
+    pub async fn send(&self, request: &PreparedRequest) -> Result<Envelope, SendFailure> {
         self.client
             .chat()
-            .create_byot::<&super::prompts::RequestBody, Value>(request.body())
+            .create_byot::<&super::prompts::RequestBody, Envelope>(request.body())
             .await
             .map_err(classify)
     }

@@ -265,10 +265,7 @@ async fn call<T>(
         Ok(Ok(envelope)) => envelope,
     };
     (probe.prompt_tokens, probe.completion_tokens) = usage(&envelope);
-    probe.answer = envelope
-        .pointer("/choices/0/message/content")
-        .and_then(Value::as_str)
-        .map(|c| c.chars().take(300).collect());
+    probe.answer = envelope.content().map(|c| c.chars().take(300).collect());
     let completion = match read_completion(&envelope, max_output_bytes) {
         Ok(c) => c,
         Err(e) => {

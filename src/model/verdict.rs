@@ -4,7 +4,6 @@
 //! wrong shape, a refusal, an unexpected finish reason).
 
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::domain::audit::AttemptOutcome;
 use crate::domain::draft::{Draft, DraftParseError};
@@ -38,36 +37,67 @@ pub struct Completion {
     pub completion_tokens: Option<u64>,
 }
 
+/// The parts of a chat-completion envelope the harness reads, taken from the answer's bytes
+/// in one pass (everything else is skipped unread, no JSON tree is built). Each part is
+/// read as leniently as a lookup in the parsed JSON would be: a value of another type
+/// counts as absent (a `choices` that is no array, a non-string `finish_reason`, a negative
+/// or fractional token count), a key written twice counts as its last value, and an answer
+/// that is not an object has none of the parts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Envelope {
+    /// The first element of `choices`, if that is a non-empty array.
+    choice: Option<Choice>,
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+}
+
+/// The first choice (its parts only when it is an object).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Choice {
+    /// Present when the key is, whatever its value (`null` included).
+    message: Option<Message>,
+    finish_reason: Option<String>,
+}
+
+/// The first choice's message (its parts only when it is an object).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Message {
+    content: Option<String>,
+    refusal: Option<String>,
+}
+
+impl Envelope {
+    /// The first choice's message content, if it is a string.
+    pub fn content(&self) -> Option<&str> {
+        self.choice
+            .as_ref()
+            .and_then(|c| c.message.as_ref())
+            .and_then(|m| m.content.as_deref())
+    }
+}
+
 /// Token usage, if the envelope reports it (even when the content is unusable).
-pub fn usage(envelope: &Value) -> (Option<u64>, Option<u64>) {
-    let usage = envelope.get("usage");
-    (
-        usage
-            .and_then(|u| u.get("prompt_tokens"))
-            .and_then(Value::as_u64),
-        usage
-            .and_then(|u| u.get("completion_tokens"))
-            .and_then(Value::as_u64),
-    )
+pub fn usage(envelope: &Envelope) -> (Option<u64>, Option<u64>) {
+    (envelope.prompt_tokens, envelope.completion_tokens)
 }
 
 /// Reads the first choice's message: it must have finished with `stop`, carry no refusal,
 /// and hold non-empty content of at most `max_bytes`.
-pub fn read_completion(envelope: &Value, max_bytes: u64) -> Result<Completion, AnswerError> {
+pub fn read_completion(envelope: &Envelope, max_bytes: u64) -> Result<Completion, AnswerError> {
     let choice = envelope
-        .get("choices")
-        .and_then(Value::as_array)
-        .and_then(|c| c.first())
+        .choice
+        .as_ref()
         .ok_or_else(|| parse_error("the response has no choices"))?;
     let message = choice
-        .get("message")
+        .message
+        .as_ref()
         .ok_or_else(|| parse_error("the first choice has no message"))?;
-    if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
+    if let Some(refusal) = &message.refusal {
         if !refusal.trim().is_empty() {
             return Err(schema_error("the model refused"));
         }
     }
-    match choice.get("finish_reason").and_then(Value::as_str) {
+    match choice.finish_reason.as_deref() {
         Some("stop") => {}
         Some("length") => return Err(parse_error("the output was cut at max_tokens")),
         Some(other) => {
@@ -78,8 +108,8 @@ pub fn read_completion(envelope: &Value, max_bytes: u64) -> Result<Completion, A
         None => return Err(schema_error("finish_reason is missing")),
     }
     let content = message
-        .get("content")
-        .and_then(Value::as_str)
+        .content
+        .as_deref()
         .ok_or_else(|| parse_error("the message has no text content"))?;
     if content.len() as u64 > max_bytes {
         return Err(parse_error(format!(
@@ -96,6 +126,266 @@ pub fn read_completion(envelope: &Value, max_bytes: u64) -> Result<Completion, A
         prompt_tokens,
         completion_tokens,
     })
+}
+
+/// Reading the envelope: one visitor per level, each taking the keys it knows from an
+/// object and skipping everything else; any other JSON type at a level reads as empty.
+mod envelope_de {
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::{Deserialize, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+    use super::{Choice, Envelope, Message};
+
+    /// Visitor methods that read each listed JSON type as `$value`, skipping its contents.
+    macro_rules! read_as {
+        ($value:expr; $($kind:ident)*) => { $( read_as!(@ $kind $value); )* };
+        (@ map $v:expr) => {
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok($v)
+            }
+        };
+        (@ seq $v:expr) => {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                Ok($v)
+            }
+        };
+        (@ unit $v:expr) => {
+            fn visit_unit<E: Error>(self) -> Result<Self::Value, E> { Ok($v) }
+        };
+        (@ bool $v:expr) => {
+            fn visit_bool<E: Error>(self, _: bool) -> Result<Self::Value, E> { Ok($v) }
+        };
+        (@ i64 $v:expr) => {
+            fn visit_i64<E: Error>(self, _: i64) -> Result<Self::Value, E> { Ok($v) }
+        };
+        (@ u64 $v:expr) => {
+            fn visit_u64<E: Error>(self, _: u64) -> Result<Self::Value, E> { Ok($v) }
+        };
+        (@ f64 $v:expr) => {
+            fn visit_f64<E: Error>(self, _: f64) -> Result<Self::Value, E> { Ok($v) }
+        };
+        (@ str $v:expr) => {
+            fn visit_str<E: Error>(self, _: &str) -> Result<Self::Value, E> { Ok($v) }
+        };
+    }
+
+    /// A level read from an object's keys (each offered once per time it is written, so the
+    /// last one counts).
+    trait FromObject: Default {
+        fn entry<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A)
+            -> Result<(), A::Error>;
+    }
+
+    /// A value read as `T` when it is an object, else as `T::default()`.
+    struct Object<T>(T);
+
+    impl<'de, T: FromObject> Deserialize<'de> for Object<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<T>(PhantomData<T>);
+            impl<'de, T: FromObject> Visitor<'de> for V<T> {
+                type Value = Object<T>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Object<T>, A::Error> {
+                    let mut value = T::default();
+                    while let Some(key) = map.next_key::<Key>()? {
+                        value.entry(key.0, &mut map)?;
+                    }
+                    Ok(Object(value))
+                }
+                read_as!(Object(T::default()); seq unit bool i64 u64 f64 str);
+            }
+            d.deserialize_any(V(PhantomData))
+        }
+    }
+
+    /// An object key: one of the few read here, or "" for any other (nothing is copied).
+    struct Key(&'static str);
+
+    impl<'de> Deserialize<'de> for Key {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = Key;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an object key")
+                }
+                fn visit_str<E: Error>(self, key: &str) -> Result<Key, E> {
+                    const READ: [&str; 8] = [
+                        "choices",
+                        "usage",
+                        "message",
+                        "finish_reason",
+                        "content",
+                        "refusal",
+                        "prompt_tokens",
+                        "completion_tokens",
+                    ];
+                    Ok(Key(READ.into_iter().find(|k| *k == key).unwrap_or("")))
+                }
+            }
+            d.deserialize_str(V)
+        }
+    }
+
+    /// A string, or `None` for any other JSON value.
+    struct MaybeString(Option<String>);
+
+    impl<'de> Deserialize<'de> for MaybeString {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = MaybeString;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_str<E: Error>(self, s: &str) -> Result<MaybeString, E> {
+                    Ok(MaybeString(Some(s.to_string())))
+                }
+                fn visit_string<E: Error>(self, s: String) -> Result<MaybeString, E> {
+                    Ok(MaybeString(Some(s)))
+                }
+                read_as!(MaybeString(None); map seq unit bool i64 u64 f64);
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// A count as `serde_json::Value::as_u64` reads one: a non-negative integer that fits a
+    /// `u64`; `None` for anything else (a fraction, a float, a string).
+    struct MaybeCount(Option<u64>);
+
+    impl<'de> Deserialize<'de> for MaybeCount {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = MaybeCount;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_u64<E: Error>(self, n: u64) -> Result<MaybeCount, E> {
+                    Ok(MaybeCount(Some(n)))
+                }
+                fn visit_i64<E: Error>(self, n: i64) -> Result<MaybeCount, E> {
+                    Ok(MaybeCount(u64::try_from(n).ok()))
+                }
+                read_as!(MaybeCount(None); map seq unit bool f64 str);
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// `choices`: its first element when it is a non-empty array (the rest skipped).
+    struct FirstChoice(Option<Choice>);
+
+    impl<'de> Deserialize<'de> for FirstChoice {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = FirstChoice;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("any JSON value")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<FirstChoice, A::Error> {
+                    let first = s.next_element::<Object<Choice>>()?.map(|c| c.0);
+                    while s.next_element::<IgnoredAny>()?.is_some() {}
+                    Ok(FirstChoice(first))
+                }
+                read_as!(FirstChoice(None); map unit bool i64 u64 f64 str);
+            }
+            d.deserialize_any(V)
+        }
+    }
+
+    /// `usage`: the two counts.
+    #[derive(Default)]
+    struct Usage {
+        prompt_tokens: Option<u64>,
+        completion_tokens: Option<u64>,
+    }
+
+    impl FromObject for Envelope {
+        fn entry<'de, A: MapAccess<'de>>(
+            &mut self,
+            key: &str,
+            map: &mut A,
+        ) -> Result<(), A::Error> {
+            match key {
+                "choices" => self.choice = map.next_value::<FirstChoice>()?.0,
+                "usage" => {
+                    let usage = map.next_value::<Object<Usage>>()?.0;
+                    self.prompt_tokens = usage.prompt_tokens;
+                    self.completion_tokens = usage.completion_tokens;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    impl FromObject for Choice {
+        fn entry<'de, A: MapAccess<'de>>(
+            &mut self,
+            key: &str,
+            map: &mut A,
+        ) -> Result<(), A::Error> {
+            match key {
+                "message" => self.message = Some(map.next_value::<Object<Message>>()?.0),
+                "finish_reason" => self.finish_reason = map.next_value::<MaybeString>()?.0,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    impl FromObject for Message {
+        fn entry<'de, A: MapAccess<'de>>(
+            &mut self,
+            key: &str,
+            map: &mut A,
+        ) -> Result<(), A::Error> {
+            match key {
+                "content" => self.content = map.next_value::<MaybeString>()?.0,
+                "refusal" => self.refusal = map.next_value::<MaybeString>()?.0,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    impl FromObject for Usage {
+        fn entry<'de, A: MapAccess<'de>>(
+            &mut self,
+            key: &str,
+            map: &mut A,
+        ) -> Result<(), A::Error> {
+            match key {
+                "prompt_tokens" => self.prompt_tokens = map.next_value::<MaybeCount>()?.0,
+                "completion_tokens" => self.completion_tokens = map.next_value::<MaybeCount>()?.0,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Envelope {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            Ok(Object::<Envelope>::deserialize(d)?.0)
+        }
+    }
 }
 
 /// A valid SemanticGuard verdict.
@@ -193,7 +483,8 @@ pub fn parse_repaired_draft(content: &str) -> Result<Draft, AnswerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
 
     fn envelope(content: Value, finish: &str) -> Value {
         json!({"id": "x", "object": "chat.completion", "choices": [
@@ -201,9 +492,195 @@ mod tests {
             "usage": {"prompt_tokens": 900, "completion_tokens": 30, "total_tokens": 930}})
     }
 
+    /// The envelope as the client reads it, from its JSON text.
+    fn read(envelope: &Value) -> Envelope {
+        serde_json::from_str(&envelope.to_string()).unwrap()
+    }
+
+    /// How the envelope was read before it had a type of its own: lookups in the parsed
+    /// JSON. The typed reading must classify every envelope the same way.
+    fn reference(
+        envelope: &Value,
+        max_bytes: u64,
+    ) -> (Result<Completion, AnswerError>, (Option<u64>, Option<u64>)) {
+        let usage = envelope.get("usage");
+        let tokens = (
+            usage
+                .and_then(|u| u.get("prompt_tokens"))
+                .and_then(Value::as_u64),
+            usage
+                .and_then(|u| u.get("completion_tokens"))
+                .and_then(Value::as_u64),
+        );
+        let read = || {
+            let choice = envelope
+                .get("choices")
+                .and_then(Value::as_array)
+                .and_then(|c| c.first())
+                .ok_or_else(|| parse_error("the response has no choices"))?;
+            let message = choice
+                .get("message")
+                .ok_or_else(|| parse_error("the first choice has no message"))?;
+            if let Some(refusal) = message.get("refusal").and_then(Value::as_str) {
+                if !refusal.trim().is_empty() {
+                    return Err(schema_error("the model refused"));
+                }
+            }
+            match choice.get("finish_reason").and_then(Value::as_str) {
+                Some("stop") => {}
+                Some("length") => return Err(parse_error("the output was cut at max_tokens")),
+                Some(other) => {
+                    return Err(schema_error(format!(
+                        "finish_reason is {other:?}, not \"stop\""
+                    )))
+                }
+                None => return Err(schema_error("finish_reason is missing")),
+            }
+            let content = message
+                .get("content")
+                .and_then(Value::as_str)
+                .ok_or_else(|| parse_error("the message has no text content"))?;
+            if content.len() as u64 > max_bytes {
+                return Err(parse_error(format!(
+                    "the output is {} bytes, over the {max_bytes}-byte limit",
+                    content.len()
+                )));
+            }
+            if content.trim().is_empty() {
+                return Err(parse_error("the output is empty"));
+            }
+            Ok(Completion {
+                content: content.to_string(),
+                prompt_tokens: tokens.0,
+                completion_tokens: tokens.1,
+            })
+        };
+        (read(), tokens)
+    }
+
+    /// Any JSON value, weighted towards the keys and values an envelope has.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            prop_oneof![
+                Just("stop"),
+                Just("length"),
+                Just("tool_calls"),
+                Just(""),
+                Just("  "),
+                Just("{\"verdict\":\"SUPPORTED\"}"),
+                Just("I can't help.")
+            ]
+            .prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from),
+        ];
+        let key = prop_oneof![
+            Just("choices"),
+            Just("usage"),
+            Just("message"),
+            Just("finish_reason"),
+            Just("content"),
+            Just("refusal"),
+            Just("prompt_tokens"),
+            Just("completion_tokens"),
+            Just("index"),
+            Just("role"),
+            Just("x")
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::vec((key.clone(), inner), 0..6).prop_map(|entries| {
+                    Value::Object(
+                        entries
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), v))
+                            .collect(),
+                    )
+                }),
+            ]
+        })
+    }
+
+    /// Envelopes close to well-formed: each part present, absent, or any JSON value instead.
+    fn envelope_like() -> impl Strategy<Value = Value> {
+        fn part(typical: impl Strategy<Value = Value> + 'static) -> BoxedStrategy<Option<Value>> {
+            prop_oneof![
+                4 => typical.prop_map(Some),
+                1 => Just(None),
+                1 => json_value().prop_map(Some),
+            ]
+            .boxed()
+        }
+        fn object(parts: Vec<(&'static str, Option<Value>)>) -> Value {
+            Value::Object(
+                parts
+                    .into_iter()
+                    .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+                    .collect(),
+            )
+        }
+        let text = prop_oneof![
+            Just(Value::from("{\"verdict\":\"SUPPORTED\",\"reason\":\"r\"}")),
+            Just(Value::from("   ")),
+            "\\PC{0,50}".prop_map(Value::from),
+        ];
+        let message = (
+            part(text.clone()),
+            part(prop_oneof![Just(Value::Null), text.clone()]),
+        )
+            .prop_map(|(content, refusal)| {
+                object(vec![("content", content), ("refusal", refusal)])
+            });
+        let finish =
+            prop_oneof![Just("stop"), Just("length"), Just("content_filter")].prop_map(Value::from);
+        let choice = (part(message), part(finish))
+            .prop_map(|(m, f)| object(vec![("message", m), ("finish_reason", f)]));
+        let count = prop_oneof![
+            any::<u32>().prop_map(Value::from),
+            (-5i64..0).prop_map(Value::from),
+            Just(Value::from(1.5)),
+        ];
+        let usage = (part(count.clone()), part(count))
+            .prop_map(|(p, c)| object(vec![("prompt_tokens", p), ("completion_tokens", c)]));
+        let choices = prop::collection::vec(choice, 0..3).prop_map(Value::from);
+        (part(choices), part(usage))
+            .prop_map(|(choices, usage)| object(vec![("choices", choices), ("usage", usage)]))
+    }
+
+    proptest! {
+        #[test]
+        fn the_typed_envelope_reads_as_the_json_lookups_did(
+            value in prop_oneof![json_value(), envelope_like()],
+            max_bytes in 0u64..40,
+        ) {
+            let typed = read(&value);
+            let (completion, tokens) = reference(&value, max_bytes);
+            prop_assert_eq!(read_completion(&typed, max_bytes), completion);
+            prop_assert_eq!(usage(&typed), tokens);
+            prop_assert_eq!(
+                typed.content(),
+                value.pointer("/choices/0/message/content").and_then(Value::as_str)
+            );
+        }
+    }
+
+    #[test]
+    fn a_key_written_twice_counts_as_its_last_value() {
+        let text = r#"{"choices": 1, "choices": [{"finish_reason": "length", "message": {"content": "a"},
+            "finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "prompt_tokens": 7}}"#;
+        let envelope: Envelope = serde_json::from_str(text).unwrap();
+        let c = read_completion(&envelope, 10).unwrap();
+        assert_eq!((c.content.as_str(), c.prompt_tokens), ("a", Some(7)));
+    }
+
     #[test]
     fn reads_a_well_formed_completion_with_usage() {
-        let c = read_completion(&envelope(json!("{}"), "stop"), 100).unwrap();
+        let c = read_completion(&read(&envelope(json!("{}"), "stop")), 100).unwrap();
         assert_eq!(
             (c.prompt_tokens, c.completion_tokens),
             (Some(900), Some(30))
@@ -212,7 +689,7 @@ mod tests {
 
     #[test]
     fn envelope_problems_are_classified() {
-        let class = |e: Value| read_completion(&e, 20).unwrap_err().class;
+        let class = |e: Value| read_completion(&read(&e), 20).unwrap_err().class;
         assert_eq!(class(json!({"choices": []})), AttemptOutcome::Parse);
         assert_eq!(
             class(envelope(json!("{}"), "length")),
