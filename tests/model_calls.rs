@@ -434,6 +434,43 @@ async fn rate_limits_and_server_errors_are_not_retried_by_the_client() {
     assert_eq!(outcomes(&out.audit), vec!["semantic:transport"]);
 }
 
+/// A redirect is not followed: following it would send the evidence a second time, to
+/// wherever the `Location` points, beyond the attempts the configuration allows.
+#[actix_rt::test]
+async fn a_redirect_from_the_model_is_a_transport_failure_and_is_not_followed() {
+    let server = MockServer::start().await;
+    let elsewhere = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/chat/completions"))
+        .respond_with(
+            ResponseTemplate::new(307)
+                .insert_header("location", format!("{}/chat/completions", elsewhere.uri())),
+        )
+        .mount(&server)
+        .await;
+    on_semantic(
+        &elsewhere,
+        verdict("SUPPORTED", "The logs show 132 matches for A1."),
+    )
+    .await;
+    let cfg = config(Some(&server.uri()));
+    let run = unique_run("redirect");
+    let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
+    assert_eq!(requests(&server).await.len(), 2, "one request per attempt");
+    assert!(
+        requests(&elsewhere).await.is_empty(),
+        "the redirect's target received the request"
+    );
+    assert_eq!(
+        outcomes(&out.audit),
+        vec!["semantic:transport", "semantic:transport"]
+    );
+    assert_eq!(
+        out.result.fallback_type.map(|f| f.as_str()),
+        Some("SEMANTIC_UNAVAILABLE")
+    );
+}
+
 #[actix_rt::test]
 async fn a_refused_connection_is_a_transport_failure() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

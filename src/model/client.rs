@@ -3,7 +3,8 @@
 //! Entry point: [`ModelClient::send`] posts a [`PreparedRequest`]'s exact bytes to
 //! `{model.base_url}/chat/completions` once and classifies what went wrong as transport,
 //! parse or rejected. It never retries by itself (async-openai's default retry layer is
-//! replaced by [`StatusService`], a bare reqwest service that also reads error bodies) and
+//! replaced by [`StatusService`], a bare reqwest service that also reads error bodies, and
+//! reqwest's own retries are off) nor follows a redirect (a 3xx is a `transport` failure), and
 //! has no timeout of its own: callers wrap it, and dropping the future drops the request,
 //! which closes its connection.
 
@@ -48,9 +49,14 @@ impl ModelClient {
     /// Builds the client from configuration; every field is set explicitly so that no
     /// `OPENAI_*` environment variable can override the harness's own settings.
     pub fn new(config: &ModelConfig) -> Result<ModelClient, String> {
+        // One request per attempt, to the configured server only: no redirect is followed
+        // (it would send the evidence again, wherever `Location` points) and reqwest's own
+        // retries are off (the SemanticGuard's attempts are the only ones).
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
             .pool_idle_timeout(Duration::from_secs(30))
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never())
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         let openai = OpenAIConfig::default()
