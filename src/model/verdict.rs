@@ -176,8 +176,13 @@ mod envelope_de {
     /// A level read from an object's keys (each offered once per time it is written, so the
     /// last one counts).
     trait FromObject: Default {
-        fn entry<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A)
-            -> Result<(), A::Error>;
+        /// Reads the value of `key` if this level reads that key; answers whether it did
+        /// (the caller skips any other value).
+        fn entry<'de, A: MapAccess<'de>>(
+            &mut self,
+            key: &str,
+            map: &mut A,
+        ) -> Result<bool, A::Error>;
     }
 
     /// A value read as `T` when it is an object, else as `T::default()`.
@@ -194,7 +199,9 @@ mod envelope_de {
                 fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Object<T>, A::Error> {
                     let mut value = T::default();
                     while let Some(key) = map.next_key::<Key>()? {
-                        value.entry(key.0, &mut map)?;
+                        if !value.entry(key.0, &mut map)? {
+                            map.next_value::<IgnoredAny>()?;
+                        }
                     }
                     Ok(Object(value))
                 }
@@ -314,7 +321,7 @@ mod envelope_de {
             &mut self,
             key: &str,
             map: &mut A,
-        ) -> Result<(), A::Error> {
+        ) -> Result<bool, A::Error> {
             match key {
                 "choices" => self.choice = map.next_value::<FirstChoice>()?.0,
                 "usage" => {
@@ -322,11 +329,9 @@ mod envelope_de {
                     self.prompt_tokens = usage.prompt_tokens;
                     self.completion_tokens = usage.completion_tokens;
                 }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                _ => return Ok(false),
             }
-            Ok(())
+            Ok(true)
         }
     }
 
@@ -335,15 +340,13 @@ mod envelope_de {
             &mut self,
             key: &str,
             map: &mut A,
-        ) -> Result<(), A::Error> {
+        ) -> Result<bool, A::Error> {
             match key {
                 "message" => self.message = Some(map.next_value::<Object<Message>>()?.0),
                 "finish_reason" => self.finish_reason = map.next_value::<MaybeString>()?.0,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                _ => return Ok(false),
             }
-            Ok(())
+            Ok(true)
         }
     }
 
@@ -352,15 +355,13 @@ mod envelope_de {
             &mut self,
             key: &str,
             map: &mut A,
-        ) -> Result<(), A::Error> {
+        ) -> Result<bool, A::Error> {
             match key {
                 "content" => self.content = map.next_value::<MaybeString>()?.0,
                 "refusal" => self.refusal = map.next_value::<MaybeString>()?.0,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                _ => return Ok(false),
             }
-            Ok(())
+            Ok(true)
         }
     }
 
@@ -369,15 +370,13 @@ mod envelope_de {
             &mut self,
             key: &str,
             map: &mut A,
-        ) -> Result<(), A::Error> {
+        ) -> Result<bool, A::Error> {
             match key {
                 "prompt_tokens" => self.prompt_tokens = map.next_value::<MaybeCount>()?.0,
                 "completion_tokens" => self.completion_tokens = map.next_value::<MaybeCount>()?.0,
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                _ => return Ok(false),
             }
-            Ok(())
+            Ok(true)
         }
     }
 
