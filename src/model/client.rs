@@ -17,12 +17,12 @@ use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::middleware::HttpRequestFactory;
 use async_openai::Client;
+use serde_json::Value;
 
+use super::envelope::Envelope;
 use super::prompts::PreparedRequest;
-use super::verdict::Envelope;
 use crate::config::ModelConfig;
 use crate::domain::audit::AttemptOutcome;
-use serde_json::Value;
 
 /// Why a call produced no envelope: `Transport` (connect, reset, a server fault),
 /// `Rejected` (the server refused the request as invalid: not worth sending again) or
