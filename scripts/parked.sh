@@ -6,6 +6,9 @@
 # finished, with the releases and actors still alive.
 #   scripts/parked.sh [PARKED=1000] [LATENCY_MS=15000]
 #   BIN=path/to/release-harness scripts/parked.sh ...   measures another build
+#   H2=1 scripts/parked.sh ...   the releases are sent over h2c (HTTP/2 with prior knowledge,
+#       multiplexed on a few connections) and the harness asks the model over h2c
+#       (model.http2_prior_knowledge), instead of one HTTP/1.1 connection per release each way
 #   DHAT=1 scripts/parked.sh 200 60000   also runs the harness under valgrind's DHAT (built
 #       without jemalloc, `--no-default-features`), stops it while the releases are parked and
 #       prints where the bytes live at the heap's peak, by allocation site (soak-reports/dhat.json)
@@ -28,6 +31,8 @@ runner=()
 [ -n "${DHAT:-}" ] && runner=(valgrind --tool=dhat --dhat-out-file="$work/dhat.json")
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 prefix="parked-$$"
+h2=false
+[ -n "${H2:-}" ] && h2=true
 port=$(free_port)
 model_port=$(free_port)
 base="http://127.0.0.1:$port"
@@ -35,6 +40,7 @@ base="http://127.0.0.1:$port"
 HARNESS__REDIS__URL="$REDIS_URL" HARNESS__REDIS__KEY_PREFIX="$prefix" \
   HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__SERVER__API_TOKEN=parked-token \
   HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" \
+  HARNESS__MODEL__HTTP2_PRIOR_KNOWLEDGE="$h2" \
   HARNESS__SEMANTIC_GUARD__ATTEMPT_TIMEOUT_MS=300000 \
   HARNESS__SEMANTIC_GUARD__TOTAL_TIMEOUT_MS=600000 RUST_LOG=warn \
   "${runner[@]}" "$BIN" serve >"$work/serve.log" 2>&1 &
@@ -49,7 +55,7 @@ drive() {
   HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn "$BIN" soak --only supported --target "$base" \
     --token parked-token --key-prefix "$prefix" --model-listen "127.0.0.1:$model_port" \
     --model-latency-ms "$3" --rate "$1" --duration "$2" --max-in-flight $((parked * 2)) \
-    --report-dir "$work/reports" >"$work/soak-$3.json" 2>"$work/soak-$3.log"
+    --report-dir "$work/reports" ${H2:+--http2} >"$work/soak-$3.json" 2>"$work/soak-$3.log"
 }
 
 echo "==> warm-up: 200 judged releases with an instant model"

@@ -182,6 +182,10 @@ pub struct ModelConfig {
     /// Whether `serve` probes the model at start-up (three small requests, logged; never
     /// delays readiness).
     pub probe_on_start: bool,
+    /// Speak HTTP/2 without TLS negotiation (h2c, "prior knowledge") to `base_url`: every
+    /// pending call of a worker shares one connection instead of holding one each. Only
+    /// for a server or gateway known to accept h2c; off by default (HTTP/1.1).
+    pub http2_prior_knowledge: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

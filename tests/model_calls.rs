@@ -168,6 +168,70 @@ async fn cancel_during_a_pending_semantic_call_answers_cancelled_and_closes_the_
     assert_eq!(stored["outcome"], "CANCELLED");
 }
 
+/// With `model.http2_prior_knowledge` the judge is asked over HTTP/2 without TLS (a real
+/// h2 server: its handshake fails on anything else), and a cancel still aborts the pending
+/// call: the stream is reset at once (the connection, which a worker's calls share, stays
+/// open) and the release answers CANCELLED.
+#[actix_rt::test]
+async fn over_h2c_the_judge_is_asked_in_http2_and_a_cancel_resets_its_stream() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let server = tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let mut connection = h2::server::handshake(socket).await.unwrap();
+        while let Some(accepted) = connection.accept().await {
+            let (request, mut respond) = accepted.unwrap();
+            tx.send(format!("{} {}", request.method(), request.uri().path()))
+                .unwrap();
+            let tx = tx.clone();
+            // Never answers; reports the client's reset of the stream.
+            tokio::spawn(async move {
+                let reason = futures::future::poll_fn(|cx| respond.poll_reset(cx)).await;
+                let _ = tx.send(format!("reset {reason:?}"));
+            });
+        }
+        let _ = tx.send("connection closed".into());
+    });
+    let mut cfg = config(Some(&url));
+    cfg.model.http2_prior_knowledge = true;
+    let run = unique_run("h2c-cancel");
+    let (registry, store, request) =
+        start_registry(cfg, &bundle(&run, good_draft(), standard_invocations(&run)));
+    let pending = actix_rt::spawn(registry.send(StartRelease(request)));
+    let asked = tokio::time::timeout(Duration::from_secs(5), events.recv()).await;
+    assert_eq!(
+        asked.unwrap().as_deref(),
+        Some("POST /chat/completions"),
+        "the judge call arrived over HTTP/2"
+    );
+    let was_running = registry
+        .send(CancelRun {
+            run_id: run.clone(),
+            source: CancelSource::Http,
+        })
+        .await
+        .unwrap();
+    assert!(was_running);
+    let released = tokio::time::timeout(Duration::from_secs(2), pending)
+        .await
+        .expect("CANCELLED is answered promptly")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(released.result.outcome.as_str(), "CANCELLED");
+    let reset = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
+    assert_eq!(
+        reset.unwrap().as_deref(),
+        Some("reset Ok(CANCEL)"),
+        "the pending call's stream is reset"
+    );
+    let audit: Value =
+        serde_json::from_str(&store.get_audit(&run).await.unwrap().unwrap()).unwrap();
+    assert_eq!(outcomes(&audit), vec!["semantic:cancelled"]);
+    server.abort();
+}
+
 #[actix_rt::test]
 async fn cancel_during_a_pending_repair_call_answers_cancelled() {
     let mut hanging = HangingModel::start();

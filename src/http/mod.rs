@@ -208,7 +208,9 @@ impl Application {
                 .service(resource("/openapi.json", "GET").route(web::get().to(routes::openapi)))
                 .default_service(web::to(routes::not_found))
         })
-        .listen(tcp)
+        // HTTP/1.1, and HTTP/2 without TLS (h2c with prior knowledge) on the same port: a
+        // client that multiplexes its releases holds one connection, not one per release.
+        .listen_auto_h2c(tcp)
         .map_err(|source| StartError::Bind {
             address: config.server.listen.clone(),
             source,

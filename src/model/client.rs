@@ -52,11 +52,15 @@ impl ModelClient {
         // One request per attempt, to the configured server only: no redirect is followed
         // (it would send the evidence again, wherever `Location` points) and reqwest's own
         // retries are off (the SemanticGuard's attempts are the only ones).
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
             .pool_idle_timeout(Duration::from_secs(30))
             .redirect(reqwest::redirect::Policy::none())
-            .retry(reqwest::retry::never())
+            .retry(reqwest::retry::never());
+        if config.http2_prior_knowledge {
+            http = http.http2_prior_knowledge();
+        }
+        let http = http
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         let openai = OpenAIConfig::default()
@@ -104,6 +108,10 @@ impl tower::Service<HttpRequestFactory> for StatusService {
         let http = self.http.clone();
         Box::pin(async move {
             let request = factory.build().await?;
+            // The factory holds async-openai's copy of the body (for its own retries, which
+            // are off): let it go, so that a call waiting on the model holds no copy but the
+            // request's own while it is written, and the prepared one.
+            drop(factory);
             let mut response = http.execute(request).await?;
             let status = response.status();
             if status.is_success() {

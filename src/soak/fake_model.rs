@@ -72,7 +72,8 @@ impl FakeModel {
                 .route("/chat/completions", web::post().to(complete))
                 .route("/v1/chat/completions", web::post().to(complete))
         })
-        .listen(tcp)?
+        // HTTP/1.1 and h2c (prior knowledge) alike, as the harness may speak either.
+        .listen_auto_h2c(tcp)?
         .workers(2)
         .disable_signals()
         .run();

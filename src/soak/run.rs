@@ -81,6 +81,11 @@ pub struct SoakArgs {
     /// measures them.
     #[arg(long)]
     pub no_audit: bool,
+    /// Send the releases over HTTP/2 without TLS (h2c with prior knowledge), multiplexed on
+    /// a few connections, instead of HTTP/1.1 (one connection per release in flight). The
+    /// fake model accepts both; an in-process harness then also asks it over h2c.
+    #[arg(long)]
+    pub http2: bool,
 }
 
 /// What the request tasks share.
@@ -390,6 +395,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
             config.redis.key_prefix = prefix.clone();
             config.redis.result_ttl_seconds = 3600;
             config.model.base_url = model.url.clone();
+            config.model.http2_prior_knowledge = args.http2;
             config.semantic_guard.attempt_timeout_ms = 1_000;
             config.semantic_guard.total_timeout_ms = 2_500;
             config.repair.timeout_ms = 1_000;
@@ -404,11 +410,13 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         }
     };
     let redis = crate::store::RedisConnection::open(&config.redis).map_err(|e| e.to_string())?;
-    let client = reqwest::Client::builder()
+    let mut client = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
-        .pool_max_idle_per_host(64)
-        .build()
-        .map_err(|e| e.to_string())?;
+        .pool_max_idle_per_host(64);
+    if args.http2 {
+        client = client.http2_prior_knowledge();
+    }
+    let client = client.build().map_err(|e| e.to_string())?;
     let shared = Arc::new(Shared {
         client: client.clone(),
         targets: targets.clone(),

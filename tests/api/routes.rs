@@ -54,6 +54,52 @@ async fn a_release_answers_200_and_stores_a_json_equal_result() {
     assert_eq!(requests(&server).await.len(), 1);
 }
 
+/// The API's port also speaks HTTP/2 without TLS (h2c with prior knowledge): releases sent
+/// at once over one client connection each answer what HTTP/1.1 answers for them.
+#[actix_rt::test]
+async fn releases_multiplexed_over_h2c_answer_as_over_http1() {
+    let (app, server) = judged_app(verdict("SUPPORTED", "Every claim matches the evidence.")).await;
+    let runs: Vec<String> = (0..6)
+        .map(|i| unique_run(&format!("api-h2c-{i}")))
+        .collect();
+    for run in &runs {
+        app.seed(&standard_invocations(run)).await;
+    }
+    let h2c = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let sent = runs.iter().map(|run| {
+        h2c.post(app.url(&format!("/v1/runs/{run}/release")))
+            .bearer_auth(TOKEN)
+            .json(&release_body(good_draft()))
+            .send()
+    });
+    let answers = futures::future::join_all(sent).await;
+    for (run, answer) in runs.iter().zip(answers) {
+        let answer = answer.unwrap();
+        assert_eq!(answer.version(), reqwest::Version::HTTP_2);
+        assert_eq!(answer.status().as_u16(), 200);
+        assert_eq!(answer.headers()["content-type"], "application/json");
+        let body = json(answer).await;
+        assert_eq!(body["outcome"], "SUCCESS", "{body}");
+        let over_http1 = json(app.get(&format!("/v1/runs/{run}/release")).await).await;
+        assert_eq!(over_http1, body);
+    }
+    assert_eq!(
+        requests(&server).await.len(),
+        runs.len(),
+        "one judge call each"
+    );
+    let unauthorized = h2c
+        .post(app.url(&format!("/v1/runs/{}/release", runs[0])))
+        .json(&release_body(good_draft()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthorized.status().as_u16(), 401);
+}
+
 #[actix_rt::test]
 async fn every_outcome_type_over_http() {
     let (app, _server) =
