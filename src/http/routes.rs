@@ -116,14 +116,18 @@ pub async fn release(
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::ShuttingDown);
     }
-    let body = read_body(
-        &request,
-        payload,
-        state.config.server.max_body_bytes,
-        Duration::from_millis(state.config.server.client_request_timeout_ms),
-    )
-    .await?;
-    let release_request = ReleaseBody::parse(&body)?.into_request(&run_id)?;
+    // The body's bytes are let go once parsed: a release waiting on the model holds only
+    // what the run needs, not the request it came in.
+    let release_request = {
+        let body = read_body(
+            &request,
+            payload,
+            state.config.server.max_body_bytes,
+            Duration::from_millis(state.config.server.client_request_timeout_ms),
+        )
+        .await?;
+        ReleaseBody::parse(&body)?.into_request(&run_id)?
+    };
     tracing::info!(run_id = %run_id, stop_reason = ?release_request.stop_reason, "release requested");
     let released = registry
         .0

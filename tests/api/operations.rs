@@ -1,9 +1,125 @@
 //! What operators rely on: /metrics after releases, /healthz, /readyz, /openapi.json.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
 use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wiremock::MockServer;
 
 use crate::helpers::*;
+
+/// A model server over plain HTTP/1.1 keep-alive that answers every judge request with
+/// SUPPORTED after `latency`, and counts the connections open now and at most at once
+/// (what wiremock does not show).
+struct CountingModel {
+    url: String,
+    open: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+}
+
+impl CountingModel {
+    async fn start(latency: Duration) -> CountingModel {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (open, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let answer = completion(
+            &serde_json::json!({"verdict": "SUPPORTED", "reason": "The logs show 132 timeouts for A1."})
+                .to_string(),
+        )
+        .to_string();
+        let (o, p) = (open.clone(), peak.clone());
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let now = o.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                let (o, answer) = (o.clone(), answer.clone());
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 16384];
+                    'requests: loop {
+                        // One request: its head, then Content-Length bytes of body.
+                        let head_end = loop {
+                            if let Some(i) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break i + 4;
+                            }
+                            match socket.read(&mut buf).await {
+                                Ok(0) | Err(_) => break 'requests,
+                                Ok(n) => seen.extend_from_slice(&buf[..n]),
+                            }
+                        };
+                        let head = String::from_utf8_lossy(&seen[..head_end]).to_lowercase();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap());
+                        while seen.len() < head_end + length {
+                            match socket.read(&mut buf).await {
+                                Ok(0) | Err(_) => break 'requests,
+                                Ok(n) => seen.extend_from_slice(&buf[..n]),
+                            }
+                        }
+                        seen.drain(..head_end + length);
+                        tokio::time::sleep(latency).await;
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                            answer.len()
+                        );
+                        if socket.write_all(response.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                    o.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        CountingModel { url, open, peak }
+    }
+}
+
+/// After a burst of releases that wait on the model together, a worker keeps at most
+/// `IDLE_CONNECTIONS` of their model connections open; the others are closed as their calls
+/// end, so that neither side holds a socket per call of the burst.
+#[actix_rt::test]
+async fn after_a_burst_the_idle_model_connections_are_bounded() {
+    let model = CountingModel::start(Duration::from_millis(400)).await;
+    let app = spawn_app(AppOptions {
+        model: Some(model.url.clone()),
+        tweak: Box::new(|c| c.server.workers = 1),
+        ..Default::default()
+    })
+    .await;
+    let runs: Vec<String> = (0..40).map(|i| unique_run(&format!("idle-{i}"))).collect();
+    for run in &runs {
+        app.seed(&standard_invocations(run)).await;
+    }
+    let body = release_body(good_draft());
+    let answers =
+        futures::future::join_all(runs.iter().map(|run| app.post_release(run, &body))).await;
+    for answer in answers {
+        assert_eq!(json(answer).await["outcome"], "SUCCESS");
+    }
+    let peak = model.peak.load(Ordering::SeqCst);
+    assert!(
+        peak > release_harness::model::client::IDLE_CONNECTIONS,
+        "the calls waited together: {peak} connections"
+    );
+    // The closes reach the model server just after the answers.
+    let mut open = model.open.load(Ordering::SeqCst);
+    for _ in 0..50 {
+        if open <= release_harness::model::client::IDLE_CONNECTIONS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        open = model.open.load(Ordering::SeqCst);
+    }
+    assert!(
+        open <= release_harness::model::client::IDLE_CONNECTIONS,
+        "{open} of {peak} model connections are still open after the burst"
+    );
+}
 
 #[actix_rt::test]
 async fn metrics_describe_and_count_releases() {
