@@ -22,6 +22,7 @@
 #        WITH_AUDIT=1 ...   the soak also fetches every run's audit, as it does by default
 #        SCENARIOS="repaired" ...   other soak scenarios (e.g. `repaired`: one repair call,
 #                         then one judge call)
+#        H2=1 ...         the releases and the model calls over h2c (HTTP/2, prior knowledge)
 #        ANNOTATE=1 ...   also keeps the long runs' profiles in soak-reports/ and prints
 #                         their top functions (build with `--profile profiling` for symbols)
 set -euo pipefail
@@ -38,6 +39,8 @@ unset BIN
 release_bin
 driver=$BIN
 bin=${serve_bin:-$driver}
+h2=false
+[ -n "${H2:-}" ] && h2=true
 
 # run_count SCENARIO SECONDS: one callgrind'ed serve driven at 20 releases/s for SECONDS;
 # prints "instructions answered".
@@ -50,6 +53,7 @@ run_count() {
   HARNESS__REDIS__URL="$REDIS_URL" HARNESS__REDIS__KEY_PREFIX="$prefix" \
     HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__SERVER__API_TOKEN=ins-token \
     HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" RUST_LOG=warn \
+    HARNESS__MODEL__HTTP2_PRIOR_KNOWLEDGE="$h2" \
     valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" serve \
     >"$work/serve-$scenario-$seconds.log" 2>&1 &
   pid=$!
@@ -62,6 +66,7 @@ run_count() {
     --target "http://127.0.0.1:$port" --token ins-token --key-prefix "$prefix" \
     --model-listen "127.0.0.1:$model_port" --model-latency-ms 0 \
     --duration "$seconds" --rate 20 --report-dir "$work/reports" $([ -n "${WITH_AUDIT:-}" ] || echo --no-audit) \
+    ${H2:+--http2} \
     >"$work/report-$scenario-$seconds.json" 2>"$work/soak-$scenario-$seconds.log" \
     || { echo "the soak of $scenario reported violations:" >&2; cat "$work/report-$scenario-$seconds.json" >&2; exit 1; }
   kill -TERM "$pid"

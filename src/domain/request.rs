@@ -5,6 +5,8 @@
 //! a bad request (HTTP 400, `check` exit 2); an unparseable Draft is not: it becomes
 //! [`DraftInput::Unparseable`] and a release outcome.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -48,22 +50,23 @@ pub struct ReleaseRequest {
     pub draft: DraftInput,
 }
 
-/// The body of `POST /v1/runs/{run_id}/release`.
+/// The body of `POST /v1/runs/{run_id}/release`, borrowed from its bytes where it can be
+/// (the Draft's text always is: it is parsed once more, into the Draft).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ReleaseBody {
-    #[serde(default)]
-    pub query: Option<String>,
+pub struct ReleaseBody<'a> {
+    #[serde(default, borrow)]
+    pub query: Option<Cow<'a, str>>,
     /// The Draft's JSON text as sent (an object, or a string of raw agent text).
-    #[serde(default)]
-    pub draft: Option<Box<RawValue>>,
-    #[serde(default)]
-    pub stop_reason: Option<String>,
+    #[serde(default, borrow)]
+    pub draft: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    pub stop_reason: Option<Cow<'a, str>>,
 }
 
-impl ReleaseBody {
+impl<'a> ReleaseBody<'a> {
     /// Parses a request body strictly (unknown fields and wrong types are malformed).
-    pub fn parse(bytes: &[u8]) -> Result<ReleaseBody, RequestError> {
+    pub fn parse(bytes: &'a [u8]) -> Result<ReleaseBody<'a>, RequestError> {
         // serde would also build the struct from a JSON array; only an object is a body.
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(RequestError::Malformed(
@@ -80,7 +83,7 @@ impl ReleaseBody {
             run_id,
             self.query.as_deref(),
             self.stop_reason.as_deref(),
-            self.draft.as_deref().map(RawValue::get),
+            self.draft.map(RawValue::get),
         )
     }
 }
