@@ -53,7 +53,7 @@ run_count() {
   HARNESS__REDIS__URL="$REDIS_URL" HARNESS__REDIS__KEY_PREFIX="$prefix" \
     HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__SERVER__API_TOKEN=ins-token \
     HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" RUST_LOG=warn \
-    HARNESS__MODEL__HTTP2_PRIOR_KNOWLEDGE="$h2" \
+    HARNESS__MODEL__HTTP2_PRIOR_KNOWLEDGE="$h2" HARNESS__SERVER__ACCEPT_H2C="$h2" \
     valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" serve \
     >"$work/serve-$scenario-$seconds.log" 2>&1 &
   pid=$!

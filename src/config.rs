@@ -65,6 +65,11 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
     /// This replica's name in lock tokens and 409 answers; empty = host name and pid.
     pub replica_name: String,
+    /// Also accept HTTP/2 without TLS (h2c with prior knowledge) on `listen`, beside
+    /// HTTP/1.1. Off by default: actix-web's h2c detection waits for a connection's first
+    /// bytes with no time limit, so a client that connects and sends nothing is never closed
+    /// (over HTTP/1.1 alone it gets 408 after `client_request_timeout_ms`).
+    pub accept_h2c: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

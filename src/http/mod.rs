@@ -168,7 +168,7 @@ impl Application {
             draining: draining.clone(),
         });
         let worker_shards = shards.clone();
-        let mut server = HttpServer::new(move || {
+        let server = HttpServer::new(move || {
             // Called once on each worker's thread: the worker's own registry shard, with
             // Redis connections and a model client of its own.
             let worker = harness.for_worker().unwrap_or_else(|e| {
@@ -207,19 +207,23 @@ impl Application {
                 .service(resource("/readyz", "GET").route(web::get().to(routes::readyz)))
                 .service(resource("/openapi.json", "GET").route(web::get().to(routes::openapi)))
                 .default_service(web::to(routes::not_found))
-        })
-        // HTTP/1.1, and HTTP/2 without TLS (h2c with prior knowledge) on the same port: a
-        // client that multiplexes its releases holds one connection, not one per release.
-        .listen_auto_h2c(tcp)
-        .map_err(|source| StartError::Bind {
-            address: config.server.listen.clone(),
-            source,
-        })?
-        .client_request_timeout(Duration::from_millis(
-            config.server.client_request_timeout_ms,
-        ))
-        .shutdown_timeout(config.server.shutdown_drain_ms.div_ceil(1000).max(1))
-        .disable_signals();
+        });
+        // With server.accept_h2c, HTTP/2 without TLS (h2c, prior knowledge) beside HTTP/1.1:
+        // a client that multiplexes its releases holds one connection, not one per release.
+        let server = match config.server.accept_h2c {
+            true => server.listen_auto_h2c(tcp),
+            false => server.listen(tcp),
+        };
+        let mut server = server
+            .map_err(|source| StartError::Bind {
+                address: config.server.listen.clone(),
+                source,
+            })?
+            .client_request_timeout(Duration::from_millis(
+                config.server.client_request_timeout_ms,
+            ))
+            .shutdown_timeout(config.server.shutdown_drain_ms.div_ceil(1000).max(1))
+            .disable_signals();
         if config.server.workers > 0 {
             server = server.workers(config.server.workers);
         }

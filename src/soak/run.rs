@@ -396,6 +396,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
             config.redis.result_ttl_seconds = 3600;
             config.model.base_url = model.url.clone();
             config.model.http2_prior_knowledge = args.http2;
+            config.server.accept_h2c = args.http2;
             config.semantic_guard.attempt_timeout_ms = 1_000;
             config.semantic_guard.total_timeout_ms = 2_500;
             config.repair.timeout_ms = 1_000;

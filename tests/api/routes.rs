@@ -54,11 +54,23 @@ async fn a_release_answers_200_and_stores_a_json_equal_result() {
     assert_eq!(requests(&server).await.len(), 1);
 }
 
-/// The API's port also speaks HTTP/2 without TLS (h2c with prior knowledge): releases sent
-/// at once over one client connection each answer what HTTP/1.1 answers for them.
+/// With `server.accept_h2c` the API's port also speaks HTTP/2 without TLS (h2c with prior
+/// knowledge): releases sent at once over one client connection each answer what HTTP/1.1
+/// answers for them.
 #[actix_rt::test]
 async fn releases_multiplexed_over_h2c_answer_as_over_http1() {
-    let (app, server) = judged_app(verdict("SUPPORTED", "Every claim matches the evidence.")).await;
+    let server = MockServer::start().await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
+    let app = spawn_app(AppOptions {
+        model: Some(server.uri()),
+        tweak: Box::new(|c| c.server.accept_h2c = true),
+        ..Default::default()
+    })
+    .await;
     let runs: Vec<String> = (0..6)
         .map(|i| unique_run(&format!("api-h2c-{i}")))
         .collect();
@@ -365,6 +377,31 @@ async fn bodies_over_the_limit_are_413_and_change_nothing() {
         .unwrap();
     assert_eq!(error_code(response, 413).await, "payload_too_large");
     assert!(app.stored(&format!("release:{{{run}}}")).await.is_none());
+}
+
+/// A connection that sends nothing at all is answered 408 and closed after
+/// `client_request_timeout_ms` (the default, HTTP/1.1 only: with `server.accept_h2c`
+/// actix-web's protocol detection would wait for its first bytes without a limit).
+#[actix_rt::test]
+async fn a_connection_that_sends_nothing_gets_408_and_is_closed() {
+    use tokio::io::AsyncReadExt;
+    let app = spawn_app(AppOptions {
+        tweak: Box::new(|c| c.server.client_request_timeout_ms = 300),
+        ..Default::default()
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_string();
+    let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        socket.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the silent connection is closed")
+    .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }
 
 #[actix_rt::test]
