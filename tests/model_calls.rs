@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use release_harness::actors::{CancelRun, StartRelease};
+use release_harness::actors::{CancelRun, ReleaseError, Released, RunRegistry, StartRelease};
 use release_harness::config::StructuredOutput;
 use release_harness::domain::audit::CancelSource;
 use serde_json::{json, Value};
@@ -40,6 +40,33 @@ fn assert_virtual_elapsed(started: tokio::time::Instant, seconds: u64, what: &st
         elapsed >= expected && elapsed <= expected + Duration::from_millis(10),
         "{what}: {elapsed:?} on the paused clock"
     );
+}
+
+/// Cancels `run` (as `POST .../cancel` does) while its release is pending: it was running,
+/// and its release answers CANCELLED within 2 s. Answers that release.
+async fn cancel_pending(
+    registry: &actix::Addr<RunRegistry>,
+    run: &str,
+    pending: actix_rt::task::JoinHandle<
+        Result<Result<Released, ReleaseError>, actix::MailboxError>,
+    >,
+) -> Released {
+    let was_running = registry
+        .send(CancelRun {
+            run_id: run.to_string(),
+            source: CancelSource::Http,
+        })
+        .await
+        .unwrap();
+    assert!(was_running);
+    let released = tokio::time::timeout(Duration::from_secs(2), pending)
+        .await
+        .expect("CANCELLED is answered promptly")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(released.result.outcome.as_str(), "CANCELLED");
+    released
 }
 
 fn typo_draft() -> Value {
@@ -137,21 +164,7 @@ async fn cancel_during_a_pending_semantic_call_answers_cancelled_and_closes_the_
         Some(Event::Received),
         "the judge call is pending"
     );
-    let was_running = registry
-        .send(CancelRun {
-            run_id: run.clone(),
-            source: CancelSource::Http,
-        })
-        .await
-        .unwrap();
-    assert!(was_running);
-    let released = tokio::time::timeout(Duration::from_secs(2), pending)
-        .await
-        .expect("CANCELLED is answered promptly")
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(released.result.outcome.as_str(), "CANCELLED");
+    let released = cancel_pending(&registry, &run, pending).await;
     assert_eq!(
         released.result.fallback_type, None,
         "a cancel is not converted into a fallback"
@@ -205,21 +218,7 @@ async fn over_h2c_the_judge_is_asked_in_http2_and_a_cancel_resets_its_stream() {
         Some("POST /chat/completions"),
         "the judge call arrived over HTTP/2"
     );
-    let was_running = registry
-        .send(CancelRun {
-            run_id: run.clone(),
-            source: CancelSource::Http,
-        })
-        .await
-        .unwrap();
-    assert!(was_running);
-    let released = tokio::time::timeout(Duration::from_secs(2), pending)
-        .await
-        .expect("CANCELLED is answered promptly")
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(released.result.outcome.as_str(), "CANCELLED");
+    let released = cancel_pending(&registry, &run, pending).await;
     let reset = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
     assert_eq!(
         reset.unwrap().as_deref(),
