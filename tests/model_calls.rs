@@ -218,7 +218,7 @@ async fn over_h2c_the_judge_is_asked_in_http2_and_a_cancel_resets_its_stream() {
         Some("POST /chat/completions"),
         "the judge call arrived over HTTP/2"
     );
-    let released = cancel_pending(&registry, &run, pending).await;
+    cancel_pending(&registry, &run, pending).await;
     let reset = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
     assert_eq!(
         reset.unwrap().as_deref(),
