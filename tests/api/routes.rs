@@ -6,11 +6,20 @@ use wiremock::{MockServer, ResponseTemplate};
 use crate::helpers::*;
 
 async fn judged_app(answer: ResponseTemplate) -> (TestApp, MockServer) {
+    judged_app_with(answer, |_| {}).await
+}
+
+/// [`judged_app`] with its configuration changed by `tweak`.
+async fn judged_app_with(
+    answer: ResponseTemplate,
+    tweak: impl FnOnce(&mut release_harness::config::Config) + 'static,
+) -> (TestApp, MockServer) {
     let server = MockServer::start().await;
     on_semantic(&server, answer).await;
     on_repair(&server, content(&good_draft().to_string())).await;
     let app = spawn_app(AppOptions {
         model: Some(server.uri()),
+        tweak: Box::new(tweak),
         ..Default::default()
     })
     .await;
@@ -59,17 +68,10 @@ async fn a_release_answers_200_and_stores_a_json_equal_result() {
 /// answers for them.
 #[actix_rt::test]
 async fn releases_multiplexed_over_h2c_answer_as_over_http1() {
-    let server = MockServer::start().await;
-    on_semantic(
-        &server,
+    let (app, server) = judged_app_with(
         verdict("SUPPORTED", "Every claim matches the evidence."),
+        |c| c.server.accept_h2c = true,
     )
-    .await;
-    let app = spawn_app(AppOptions {
-        model: Some(server.uri()),
-        tweak: Box::new(|c| c.server.accept_h2c = true),
-        ..Default::default()
-    })
     .await;
     let runs: Vec<String> = (0..6)
         .map(|i| unique_run(&format!("api-h2c-{i}")))
