@@ -126,7 +126,6 @@ fn projection(tool: ToolName, data: &[u8]) {
         ("agent_result", agent_result),
     ]
     .into_iter()
-    .map(|(name, value)| (name.into(), value.into()))
     .collect();
     if let Ok(call) = resolve_call(RUN_ID, &call_id, Some(&record)) {
         assert_eq!(call.tool, tool);

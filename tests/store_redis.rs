@@ -91,7 +91,7 @@ async fn records_are_read_under_the_contract_keys_in_one_pipeline() {
         vec!["c-1", "c-2", "c-9"],
         "c-3 has no record under r-42; c-ghost none at all"
     );
-    assert_eq!(evidence.records["c-9"]["lifecycle"], "READY");
+    assert_eq!(evidence.records["c-9"].get("lifecycle"), Some("READY"));
 
     let recent = store.load_evidence("r-42", &[], 2, LIMITS).await.unwrap();
     assert_eq!(
@@ -425,7 +425,17 @@ async fn hostile_records_are_unusable_calls_with_a_rule_never_store_errors() {
         .await
         .unwrap();
     assert!(evidence.records.contains_key("c-ok"));
-    assert!(!evidence.records["c-ok"].contains_key("raw_response"));
+    // Every field the harness reads arrives, and nothing else (not raw_response).
+    let read: Vec<(&str, &str)> = evidence.records["c-ok"].iter().collect();
+    assert_eq!(
+        read,
+        [
+            ("run_id", "r-1"),
+            ("tool_call_id", "c-ok"),
+            ("tool_name", "log_search"),
+            ("lifecycle", "READY")
+        ]
+    );
     let rule = |id: &str| evidence.unreadable[id].rule.as_str();
     assert_eq!(rule("c-bin"), "record_not_utf8");
     assert_eq!(rule("c-str"), "record_wrong_type");

@@ -623,7 +623,7 @@ pub(crate) mod tests {
     fn usable_calls_keep_call_order_and_skip_unusable() {
         let mut evidence = run_evidence();
         let mut projecting = record("r", "c-p", "log_search", "NO_EVIDENCE", json!({}));
-        projecting.insert("lifecycle".into(), "PROJECTING".into());
+        projecting.insert("lifecycle", "PROJECTING");
         evidence.records.insert("c-p".into(), projecting);
         evidence.calls.insert(1, "c-p".into());
         evidence.calls.push("c-log".into());

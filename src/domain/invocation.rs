@@ -6,18 +6,12 @@
 //! and its `agent_result` parses strictly as the projection of its tool and agrees with
 //! the record and with its own data.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::evidence_guard::Rule;
 use super::scope::Scope;
 pub use super::scope::Scoped;
-
-/// The HASH fields of one canonical invocation record that the guard reads, as stored
-/// (decoded as UTF-8 by the store; a record that is not is unusable before it gets here).
-pub type RawRecord = BTreeMap<String, String>;
 
 /// The only fields of a record the harness reads (never `raw_response`).
 pub const RECORD_FIELDS: [&str; 7] = [
@@ -29,6 +23,78 @@ pub const RECORD_FIELDS: [&str; 7] = [
     "agent_result",
     "finished_at",
 ];
+
+/// The HASH fields of one canonical invocation record that the guard reads, as stored
+/// (decoded as UTF-8 by the store; a record that is not is unusable before it gets here).
+///
+/// One slot per name of [`RECORD_FIELDS`]: any other field (`raw_response`,
+/// `started_at`, ...) cannot be held, so nothing downstream can show it. A store fills the
+/// slots by position ([`RawRecord::set`]); tests and fixtures by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawRecord {
+    fields: [Option<String>; RECORD_FIELDS.len()],
+}
+
+impl RawRecord {
+    pub fn new() -> Self {
+        RawRecord::default()
+    }
+
+    /// The position of `name` in [`RECORD_FIELDS`], if the harness reads it.
+    fn slot(name: &str) -> Option<usize> {
+        RECORD_FIELDS.iter().position(|f| *f == name)
+    }
+
+    /// The field at position `index` of [`RECORD_FIELDS`] (ignored past the end).
+    pub fn set(&mut self, index: usize, value: String) {
+        if let Some(slot) = self.fields.get_mut(index) {
+            *slot = Some(value);
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.fields[Self::slot(name)?].as_deref()
+    }
+
+    /// Sets `name` and answers its earlier value; a field the harness does not read is
+    /// dropped.
+    pub fn insert(&mut self, name: &str, value: impl Into<String>) -> Option<String> {
+        let slot = Self::slot(name)?;
+        self.fields[slot].replace(value.into())
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<String> {
+        self.fields[Self::slot(name)?].take()
+    }
+
+    /// No field is set (a missing record reads so).
+    pub fn is_empty(&self) -> bool {
+        self.fields.iter().all(Option::is_none)
+    }
+
+    /// The fields that are set, with their names, in [`RECORD_FIELDS`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        RECORD_FIELDS
+            .iter()
+            .zip(&self.fields)
+            .filter_map(|(name, value)| Some((*name, value.as_deref()?)))
+    }
+
+    /// Bytes of the fields that are set (what a record weighs against the read budgets).
+    pub fn len_bytes(&self) -> u64 {
+        self.iter().map(|(_, v)| v.len() as u64).sum()
+    }
+}
+
+impl<K: AsRef<str>, V: Into<String>> FromIterator<(K, V)> for RawRecord {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut record = RawRecord::new();
+        for (name, value) in iter {
+            record.insert(name.as_ref(), value);
+        }
+        record
+    }
+}
 
 /// Longest call id the harness looks up or reads from a calls list, in bytes; longer ones
 /// cannot name a record (run ids are at most 128 characters; call ids get the same room
@@ -280,7 +346,7 @@ pub fn resolve_call(
             ))
         }
     };
-    let field = |name: &str| record.get(name).map(String::as_str);
+    let field = |name: &str| record.get(name);
     if field("run_id") != Some(run_id) || field("tool_call_id") != Some(call_id) {
         return Err(CallRejection::new(
             Rule::CallOtherRun,
@@ -536,9 +602,9 @@ pub(crate) mod tests {
     }
 
     fn edit_projection(record: &mut RawRecord, edit: impl FnOnce(&mut Value)) {
-        let mut value: Value = serde_json::from_str(&record["agent_result"]).unwrap();
+        let mut value: Value = serde_json::from_str(record.get("agent_result").unwrap()).unwrap();
         edit(&mut value);
-        record.insert("agent_result".into(), value.to_string());
+        record.insert("agent_result", value.to_string());
     }
 
     #[test]
@@ -549,11 +615,40 @@ pub(crate) mod tests {
             rag_found("r", "c"),
         ] {
             let call = resolve_call("r", "c", Some(&rec)).unwrap();
-            let original: Value = serde_json::from_str(&rec["agent_result"]).unwrap();
+            let original: Value = serde_json::from_str(rec.get("agent_result").unwrap()).unwrap();
             assert_eq!(call.scope(), &original["scope"]);
         }
         let rag = resolve_call("r", "c", Some(&rag_found("r", "c"))).unwrap();
         assert_eq!(rag.projection.sources(), vec!["kb-123"]);
+    }
+
+    #[test]
+    fn a_raw_record_holds_only_the_fields_the_harness_reads() {
+        let mut rec: RawRecord = [
+            ("raw_response", "RAW-CANARY"),
+            ("lifecycle", "READY"),
+            ("started_at", "2026-12-01T10:05:00Z"),
+            ("run_id", "r"),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(rec.get("raw_response"), None);
+        assert_eq!(rec.insert("started_at", "x"), None);
+        // In RECORD_FIELDS order, whatever order they were given in.
+        assert_eq!(
+            rec.iter().collect::<Vec<_>>(),
+            [("run_id", "r"), ("lifecycle", "READY")]
+        );
+        assert_eq!(rec.len_bytes(), 6);
+        assert_eq!(rec.insert("lifecycle", "ERROR"), Some("READY".to_string()));
+        rec.set(5, "{}".to_string());
+        assert_eq!(rec.get("agent_result"), Some("{}"));
+        rec.set(RECORD_FIELDS.len(), "past the end".to_string());
+        assert_eq!(rec.len_bytes(), 8);
+        for name in ["run_id", "lifecycle", "agent_result"] {
+            assert!(rec.remove(name).is_some());
+        }
+        assert!(rec.is_empty());
     }
 
     #[test]
@@ -583,7 +678,7 @@ pub(crate) mod tests {
     #[test]
     fn unknown_tools_are_unsupported() {
         let mut rec = log_found("r", "c");
-        rec.insert("tool_name".into(), "shell_exec".into());
+        rec.insert("tool_name", "shell_exec");
         assert_eq!(rule_of("r", "c", &rec), Rule::ToolUnsupported);
     }
 
@@ -591,7 +686,7 @@ pub(crate) mod tests {
     fn projecting_error_and_unknown_lifecycles_are_not_ready() {
         for lifecycle in ["PROJECTING", "ERROR", "DONE"] {
             let mut rec = log_found("r", "c");
-            rec.insert("lifecycle".into(), lifecycle.into());
+            rec.insert("lifecycle", lifecycle);
             assert_eq!(rule_of("r", "c", &rec), Rule::CallNotReady, "{lifecycle}");
         }
     }
@@ -601,7 +696,7 @@ pub(crate) mod tests {
         let mut rec = log_found("r", "c");
         rec.remove("agent_result");
         assert_eq!(rule_of("r", "c", &rec), Rule::CallNoAgentResult);
-        rec.insert("agent_result".into(), "  ".into());
+        rec.insert("agent_result", "  ");
         assert_eq!(rule_of("r", "c", &rec), Rule::CallNoAgentResult);
     }
 
@@ -610,7 +705,7 @@ pub(crate) mod tests {
         for status in [Some("ERROR"), None, Some("MAYBE")] {
             let mut rec = log_found("r", "c");
             match status {
-                Some(s) => rec.insert("evidence_status".into(), s.into()),
+                Some(s) => rec.insert("evidence_status", s),
                 None => rec.remove("evidence_status"),
             };
             assert_eq!(rule_of("r", "c", &rec), Rule::CallEvidenceError);
@@ -620,7 +715,7 @@ pub(crate) mod tests {
     #[test]
     fn invalid_json_or_schema_is_a_projection_mismatch() {
         let mut rec = log_found("r", "c");
-        rec.insert("agent_result".into(), "{not json".into());
+        rec.insert("agent_result", "{not json");
         assert_eq!(rule_of("r", "c", &rec), Rule::ProjectionInvalid);
 
         let mut extra = log_found("r", "c");
@@ -649,11 +744,11 @@ pub(crate) mod tests {
     #[test]
     fn a_scope_writing_a_key_twice_is_projection_invalid() {
         let rec = log_found("r", "c");
-        let text = &rec["agent_result"];
+        let text = rec.get("agent_result").unwrap();
         assert!(text.contains(r#""limit":50"#), "{text}");
         let mut twice = rec.clone();
         twice.insert(
-            "agent_result".into(),
+            "agent_result",
             text.replacen(r#""limit":50"#, r#""limit":50,"limit":10"#, 1),
         );
         let rejected = resolve_call("r", "c", Some(&twice)).unwrap_err();

@@ -9,7 +9,6 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Keys, MemoryStore};
-use crate::domain::invocation::RawRecord;
 
 /// One invocation in bundle form: the record's fields, all optional (a field left out is
 /// absent from the record), and the run whose key holds it when that is not its own.
@@ -29,12 +28,17 @@ pub struct Invocation {
     pub stored_under: Option<String>,
 }
 
+/// The fields of a record as the agent writes them, `raw_response` and `started_at` too
+/// (the harness reads only [`RECORD_FIELDS`](crate::domain::invocation::RECORD_FIELDS) of
+/// them, into a [`RawRecord`](crate::domain::invocation::RawRecord)).
+pub type RecordFields = BTreeMap<String, String>;
+
 /// One record: the run whose key holds it, its call id and its fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentRecord {
     pub run: String,
     pub call: String,
-    pub fields: RawRecord,
+    pub fields: RecordFields,
 }
 
 /// How a writer treats a run's calls list that exists already.
@@ -84,7 +88,7 @@ impl AgentRecords {
                 ("started_at", &inv.started_at),
                 ("finished_at", &inv.finished_at),
             ];
-            let fields: RawRecord = fields
+            let fields: RecordFields = fields
                 .into_iter()
                 .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v)))
                 .collect();

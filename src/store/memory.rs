@@ -3,13 +3,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::agent_records::RecordFields;
 use super::{Begin, CallsList, Commit, Committed, LoadedRecords, Watch, Watched};
 use crate::domain::invocation::{RawRecord, MAX_CALL_ID_BYTES, RECORD_FIELDS};
 
 #[derive(Debug, Default)]
 struct Data {
     calls: HashMap<String, Vec<String>>,
-    records: HashMap<(String, String), RawRecord>,
+    records: HashMap<(String, String), RecordFields>,
     cancelled: HashSet<String>,
     results: HashMap<String, (String, String)>,
     locks: HashMap<String, String>,
@@ -34,7 +35,7 @@ impl MemoryStore {
     }
 
     /// Stores a record under `P:run:{run}:call:{call}` (as the agent's tool layer would).
-    pub fn insert_record(&self, run: &str, call: &str, record: RawRecord) {
+    pub fn insert_record(&self, run: &str, call: &str, record: RecordFields) {
         self.data()
             .records
             .insert((run.to_string(), call.to_string()), record);
@@ -111,9 +112,9 @@ impl MemoryStore {
             };
             let record: RawRecord = RECORD_FIELDS
                 .iter()
-                .filter_map(|f| stored.get(*f).map(|v| ((*f).to_string(), v.clone())))
+                .filter_map(|f| Some((*f, stored.get(*f)?.clone())))
                 .collect();
-            let size: u64 = record.values().map(|v| v.len() as u64).sum();
+            let size = record.len_bytes();
             if size > max_record_bytes {
                 let why = super::record_too_large(size, max_record_bytes);
                 loaded.unreadable.insert(id.clone(), why);

@@ -931,12 +931,10 @@ fn read_records(
                 let size = items.number("record size")?;
                 let mut record = RawRecord::new();
                 let mut not_utf8 = None;
-                for field in RECORD_FIELDS {
+                for (index, field) in RECORD_FIELDS.into_iter().enumerate() {
                     if let Some(value) = items.next("record field")? {
                         match std::str::from_utf8(value) {
-                            Ok(text) => {
-                                record.insert(field.to_string(), text.to_string());
-                            }
+                            Ok(text) => record.set(index, text.to_string()),
                             Err(_) => {
                                 not_utf8.get_or_insert(field);
                             }
