@@ -5,11 +5,12 @@
 //! [`init_tracing`], and one small function per event the rest of the crate records.
 //! No label ever holds a run id, call id or free text.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
+    Gauge, Histogram, Unit,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -203,7 +204,121 @@ pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, String> {
     let handle = builder.install_recorder().map_err(|e| e.to_string())?;
     *installed = Some(handle.clone());
     describe_metrics();
+    let _ = RELEASE_METRICS.set(ReleaseMetrics::register());
     Ok(handle)
+}
+
+/// The series every release touches, registered once with the installed recorder, so that
+/// a release does not build and look up their keys again (about 1 µs each). Until
+/// [`install_metrics`] has run (unit tests, benchmarks) the macros are used as before.
+static RELEASE_METRICS: OnceLock<ReleaseMetrics> = OnceLock::new();
+
+const ROLES: [ModelRole; 2] = [ModelRole::Repair, ModelRole::Semantic];
+const OUTCOMES: [Outcome; 3] = [Outcome::Success, Outcome::Fallback, Outcome::Cancelled];
+const TOKEN_KINDS: [&str; 2] = ["prompt", "completion"];
+
+struct ReleaseMetrics {
+    /// By [`releases_index`].
+    releases: Vec<Counter>,
+    /// By outcome, in [`OUTCOMES`] order.
+    durations: Vec<Histogram>,
+    overhead: Histogram,
+    /// By role ([`ROLES`]), then [`AttemptOutcome::ALL`].
+    model_calls: Vec<Vec<Counter>>,
+    /// By role.
+    model_durations: Vec<Histogram>,
+    /// By role, then [`TOKEN_KINDS`].
+    tokens: Vec<Vec<Counter>>,
+    in_flight: Gauge,
+}
+
+/// The position of a `harness_releases_total` label set: SUCCESS and CANCELLED have no
+/// fallback type, FALLBACK one of [`FallbackType::ALL`]; any other pairing has none.
+fn releases_index(outcome: Outcome, fallback: Option<FallbackType>) -> Option<usize> {
+    match (outcome, fallback) {
+        (Outcome::Success, None) => Some(0),
+        (Outcome::Cancelled, None) => Some(1),
+        (Outcome::Fallback, Some(kind)) => FallbackType::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .map(|i| i + 2),
+        _ => None,
+    }
+}
+
+/// Every `harness_releases_total` label set, in [`releases_index`] order.
+fn release_label_sets() -> impl Iterator<Item = (Outcome, Option<FallbackType>)> {
+    [(Outcome::Success, None), (Outcome::Cancelled, None)]
+        .into_iter()
+        .chain(FallbackType::ALL.map(|k| (Outcome::Fallback, Some(k))))
+}
+
+impl ReleaseMetrics {
+    fn register() -> Self {
+        let releases = release_label_sets()
+            .map(|(outcome, fallback)| {
+                let fallback = fallback.map(FallbackType::as_str).unwrap_or("none");
+                counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback)
+            })
+            .collect();
+        ReleaseMetrics {
+            releases,
+            durations: OUTCOMES
+                .iter()
+                .map(|o| histogram!(RELEASE_DURATION_SECONDS, "outcome" => o.as_str()))
+                .collect(),
+            overhead: histogram!(OVERHEAD_SECONDS),
+            model_calls: ROLES
+                .iter()
+                .map(|role| {
+                    AttemptOutcome::ALL
+                        .iter()
+                        .map(|r| counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => r.as_str()))
+                        .collect()
+                })
+                .collect(),
+            model_durations: ROLES
+                .iter()
+                .map(|role| histogram!(MODEL_CALL_DURATION_SECONDS, "role" => role.as_str()))
+                .collect(),
+            tokens: ROLES
+                .iter()
+                .map(|role| {
+                    TOKEN_KINDS
+                        .iter()
+                        .map(|kind| counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => *kind))
+                        .collect()
+                })
+                .collect(),
+            in_flight: gauge!(RUNS_IN_FLIGHT),
+        }
+    }
+
+    fn release(&self, outcome: Outcome, fallback: Option<FallbackType>) -> Option<&Counter> {
+        self.releases.get(releases_index(outcome, fallback)?)
+    }
+
+    fn duration(&self, outcome: Outcome) -> Option<&Histogram> {
+        self.durations
+            .get(OUTCOMES.iter().position(|o| *o == outcome)?)
+    }
+
+    fn role(role: ModelRole) -> Option<usize> {
+        ROLES.iter().position(|r| *r == role)
+    }
+
+    fn model_call(&self, role: ModelRole, outcome: AttemptOutcome) -> Option<&Counter> {
+        let result = AttemptOutcome::ALL.iter().position(|r| *r == outcome)?;
+        self.model_calls.get(Self::role(role)?)?.get(result)
+    }
+
+    fn model_duration(&self, role: ModelRole) -> Option<&Histogram> {
+        self.model_durations.get(Self::role(role)?)
+    }
+
+    fn tokens(&self, role: ModelRole, kind: usize) -> Option<&Counter> {
+        self.tokens.get(Self::role(role)?)?.get(kind)
+    }
 }
 
 /// Starts logging: RUST_LOG (default `info`), text or JSON. A second call is a no-op.
@@ -229,11 +344,24 @@ pub fn release_finished(
     total: Duration,
     overhead: Duration,
 ) {
-    let fallback = fallback.map(FallbackType::as_str).unwrap_or("none");
-    counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback)
-        .increment(1);
-    histogram!(RELEASE_DURATION_SECONDS, "outcome" => outcome.as_str()).record(total.as_secs_f64());
-    histogram!(OVERHEAD_SECONDS).record(overhead.as_secs_f64());
+    let hot = RELEASE_METRICS.get();
+    match hot.and_then(|m| m.release(outcome, fallback)) {
+        Some(c) => c.increment(1),
+        None => {
+            let fallback = fallback.map(FallbackType::as_str).unwrap_or("none");
+            counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback)
+                .increment(1)
+        }
+    }
+    match hot.and_then(|m| m.duration(outcome)) {
+        Some(h) => h.record(total.as_secs_f64()),
+        None => histogram!(RELEASE_DURATION_SECONDS, "outcome" => outcome.as_str())
+            .record(total.as_secs_f64()),
+    }
+    match hot {
+        Some(m) => m.overhead.record(overhead.as_secs_f64()),
+        None => histogram!(OVERHEAD_SECONDS).record(overhead.as_secs_f64()),
+    }
 }
 
 pub fn model_attempt(
@@ -243,16 +371,28 @@ pub fn model_attempt(
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
 ) {
-    counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => outcome.as_str()).increment(1);
+    let hot = RELEASE_METRICS.get();
+    match hot.and_then(|m| m.model_call(role, outcome)) {
+        Some(c) => c.increment(1),
+        None => counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => outcome.as_str())
+            .increment(1),
+    }
     if outcome != AttemptOutcome::BudgetDenied {
-        histogram!(MODEL_CALL_DURATION_SECONDS, "role" => role.as_str())
-            .record(latency.as_secs_f64());
+        match hot.and_then(|m| m.model_duration(role)) {
+            Some(h) => h.record(latency.as_secs_f64()),
+            None => histogram!(MODEL_CALL_DURATION_SECONDS, "role" => role.as_str())
+                .record(latency.as_secs_f64()),
+        }
     }
-    if let Some(n) = prompt_tokens {
-        counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => "prompt").increment(n);
-    }
-    if let Some(n) = completion_tokens {
-        counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => "completion").increment(n);
+    for (kind, tokens) in [prompt_tokens, completion_tokens].into_iter().enumerate() {
+        let Some(n) = tokens else { continue };
+        match hot.and_then(|m| m.tokens(role, kind)) {
+            Some(c) => c.increment(n),
+            None => {
+                counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => TOKEN_KINDS[kind])
+                    .increment(n)
+            }
+        }
     }
 }
 
@@ -262,11 +402,17 @@ pub fn guard_violation(rule: Rule) {
 
 /// A release began or ended on one registry shard; the gauge is the sum over all shards.
 pub fn run_started() {
-    gauge!(RUNS_IN_FLIGHT).increment(1.0);
+    match RELEASE_METRICS.get() {
+        Some(m) => m.in_flight.increment(1.0),
+        None => gauge!(RUNS_IN_FLIGHT).increment(1.0),
+    }
 }
 
 pub fn run_ended() {
-    gauge!(RUNS_IN_FLIGHT).decrement(1.0);
+    match RELEASE_METRICS.get() {
+        Some(m) => m.in_flight.decrement(1.0),
+        None => gauge!(RUNS_IN_FLIGHT).decrement(1.0),
+    }
 }
 
 pub fn cancelled(source: CancelSource) {
@@ -286,12 +432,38 @@ pub fn ready(is_ready: bool) {
 }
 
 pub fn http_request(route: &'static str, status: u16) {
-    counter!(HTTP_REQUESTS_TOTAL, "route" => route, "status" => status.to_string()).increment(1);
+    // The statuses the API answers need no String of their own.
+    let status: metrics::SharedString = match status {
+        200 => "200".into(),
+        202 => "202".into(),
+        400 => "400".into(),
+        401 => "401".into(),
+        404 => "404".into(),
+        409 => "409".into(),
+        413 => "413".into(),
+        503 => "503".into(),
+        other => other.to_string().into(),
+    };
+    counter!(HTTP_REQUESTS_TOTAL, "route" => route, "status" => status).increment(1);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_release_label_set_has_its_own_cached_counter() {
+        let sets: Vec<_> = release_label_sets().collect();
+        assert_eq!(sets.len(), 2 + FallbackType::ALL.len());
+        for (i, (outcome, fallback)) in sets.into_iter().enumerate() {
+            assert_eq!(releases_index(outcome, fallback), Some(i));
+        }
+        assert_eq!(
+            releases_index(Outcome::Success, Some(FallbackType::ALL[0])),
+            None
+        );
+        assert_eq!(releases_index(Outcome::Fallback, None), None);
+    }
 
     #[test]
     fn latency_buckets_include_the_configured_timeouts() {
