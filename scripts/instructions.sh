@@ -13,9 +13,12 @@
 #   judged         `supported`: one SemanticGuard call, released SUCCESS
 #   deterministic  `no_conclusion`: records loaded and guarded, no model call
 #                  (INSUFFICIENT_EVIDENCE)
-# What start-up costs varies by a few million instructions from run to run (how long
-# the server waits for its first request, its background tasks): over 1,000 releases that
-# is a few thousand per release; over 200 (the default until 2026-12-04) up to 25,000.
+# Counting starts when the server answers /readyz (`--instr-atstart=no`, then
+# `callgrind_control -i on`): start-up varied by millions of instructions from run to run
+# (the metrics exporter's clock calibration alone by up to 9 M), up to 9,000 per release
+# over 1,000 releases. Until 2026-12-05 start-up was counted and left to cancel out. What
+# still varies is the server's idle work while the soak starts and stops (timers,
+# allocator decay).
 # Usage: scripts/instructions.sh [EXTRA_RELEASES=1000]
 #        BIN=path/to/release-harness scripts/instructions.sh   (another build serves, e.g.
 #                         before; this checkout's build drives it)
@@ -54,7 +57,7 @@ run_count() {
     HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__SERVER__API_TOKEN=ins-token \
     HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" RUST_LOG=warn \
     HARNESS__MODEL__HTTP2_PRIOR_KNOWLEDGE="$h2" HARNESS__SERVER__ACCEPT_H2C="$h2" \
-    valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" serve \
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" "$bin" serve \
     >"$work/serve-$scenario-$seconds.log" 2>&1 &
   pid=$!
   track "$pid"
@@ -62,6 +65,9 @@ run_count() {
     curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
     sleep 0.1
   done
+  # Counting starts once the server is ready: start-up (the metrics exporter's clock
+  # calibration alone varies by millions of instructions) is not counted at all.
+  callgrind_control -i on "$pid" >/dev/null
   HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn "$driver" soak --only "$scenario" \
     --target "http://127.0.0.1:$port" --token ins-token --key-prefix "$prefix" \
     --model-listen "127.0.0.1:$model_port" --model-latency-ms 0 \
