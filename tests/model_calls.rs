@@ -13,6 +13,7 @@ use common::*;
 use release_harness::actors::{CancelRun, ReleaseError, Released, RunRegistry, StartRelease};
 use release_harness::config::StructuredOutput;
 use release_harness::domain::audit::CancelSource;
+use release_harness::model::{ModelClient, PreparedRequest};
 use serde_json::{json, Value};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -531,6 +532,49 @@ async fn a_redirect_from_the_model_is_a_transport_failure_and_is_not_followed() 
     assert_eq!(
         out.result.fallback_type.map(|f| f.as_str()),
         Some("SEMANTIC_UNAVAILABLE")
+    );
+}
+
+#[actix_rt::test]
+async fn a_pending_call_sends_the_prepared_bytes_and_keeps_no_copy_of_them() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/chat/completions"))
+        .respond_with(
+            verdict("SUPPORTED", "Every claim matches the evidence.")
+                .set_delay(Duration::from_millis(1500)),
+        )
+        .mount(&server)
+        .await;
+    let client = ModelClient::new(&config(Some(&server.uri())).model).unwrap();
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "é\"".repeat(2048)}]});
+    let request = PreparedRequest::from_json(&body, 64).unwrap();
+    assert_eq!(request.body().holders(), 1);
+    let send = client.send(&request);
+    tokio::pin!(send);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), &mut send)
+            .await
+            .is_err(),
+        "the model answers after 1.5 s"
+    );
+    // While the model thinks, the body in flight is the prepared bytes themselves (reqwest's
+    // layers keep it until the answer): before, async-openai's copy was sent and kept, and
+    // this stayed at 1.
+    assert!(
+        request.body().holders() > 1,
+        "the request in flight does not share the prepared bytes"
+    );
+    assert!(send.await.is_ok());
+    assert_eq!(
+        request.body().holders(),
+        1,
+        "nothing holds the body after the call"
+    );
+    assert_eq!(
+        requests(&server).await[0].body,
+        request.body().get().as_bytes(),
+        "the exact prepared bytes were sent"
     );
 }
 

@@ -20,7 +20,7 @@ use async_openai::Client;
 use serde_json::Value;
 
 use super::envelope::Envelope;
-use super::prompts::PreparedRequest;
+use super::prompts::{PreparedRequest, WeakBody};
 use crate::config::ModelConfig;
 use crate::domain::audit::AttemptOutcome;
 
@@ -76,12 +76,22 @@ impl ModelClient {
     /// One POST of the prepared bytes; the parts of the chat-completion envelope that are
     /// read, taken from the answer's bytes in one pass.
     pub async fn send(&self, request: &PreparedRequest) -> Result<Envelope, SendFailure> {
-        self.client
-            .chat()
-            .create_byot::<&super::prompts::RequestBody, Envelope>(request.body())
+        let chat = self.client.chat();
+        let call = chat.create_byot::<&super::prompts::RequestBody, Envelope>(request.body());
+        SENDING
+            .scope(request.body().weak(), call)
             .await
             .map_err(classify)
     }
+}
+
+tokio::task_local! {
+    /// The prepared bytes of the call [`ModelClient::send`] is making on this task.
+    /// async-openai serializes the body into a copy of its own, which reqwest's layers then
+    /// keep until the answer; [`StatusService`] sends these shared bytes instead (when they
+    /// are the same, byte for byte) and lets that copy go at once, so a call waiting on
+    /// the model holds its body once, not twice.
+    static SENDING: WeakBody;
 }
 
 /// HTTP/1.1 connections to the model a client (one per HTTP worker) keeps open while idle,
@@ -114,8 +124,16 @@ impl tower::Service<HttpRequestFactory> for StatusService {
 
     fn call(&mut self, factory: HttpRequestFactory) -> Self::Future {
         let http = self.http.clone();
+        let prepared = SENDING.try_with(WeakBody::shared).ok().flatten();
         Box::pin(async move {
-            let request = factory.build().await?;
+            let mut request = factory.build().await?;
+            // The factory holds async-openai's copy of the body.
+            drop(factory);
+            if let Some(prepared) = prepared {
+                if request.body().and_then(reqwest::Body::as_bytes) == Some(&prepared[..]) {
+                    *request.body_mut() = Some(prepared.into());
+                }
+            }
             let mut response = http.execute(request).await?;
             let status = response.status();
             if status.is_success() {

@@ -6,7 +6,7 @@
 //! labelled, fenced blocks, and a schema bounded by the Draft's own shape). Both return a
 //! [`PreparedRequest`] whose bytes every attempt sends unchanged.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Weak};
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -35,6 +35,38 @@ impl RequestBody {
     /// The JSON text.
     pub fn get(&self) -> &str {
         &self.0
+    }
+
+    /// A handle that does not keep the bytes alive (see [`WeakBody::shared`]).
+    pub fn weak(&self) -> WeakBody {
+        WeakBody(Arc::downgrade(&self.0))
+    }
+
+    /// How many holders share these bytes (this one, its clones, and every `Bytes` of
+    /// [`RequestBody::shared`] still alive, e.g. the body of a request in flight).
+    pub fn holders(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+}
+
+/// A request body that is not kept alive by this handle.
+#[derive(Debug, Clone)]
+pub struct WeakBody(Weak<str>);
+
+impl WeakBody {
+    /// The bytes as a `Bytes` that shares them (no copy), while the body is alive: what the
+    /// HTTP client sends.
+    pub fn shared(&self) -> Option<bytes::Bytes> {
+        Some(bytes::Bytes::from_owner(SharedText(self.0.upgrade()?)))
+    }
+}
+
+/// A request body's text as the owner of a `Bytes`.
+struct SharedText(Arc<str>);
+
+impl AsRef<[u8]> for SharedText {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
     }
 }
 
