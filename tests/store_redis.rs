@@ -43,6 +43,68 @@ fn record(run: &str, call: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// `SCRIPT FLUSH`: Redis forgets every script, as a restarted or newly promoted master has.
+async fn forget_scripts() {
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut raw().await)
+        .await
+        .unwrap();
+}
+
+#[actix_rt::test]
+async fn every_script_is_sent_again_after_redis_forgot_it() {
+    let prefix = unique_prefix("noscript");
+    let store = Store::Redis(RedisStore::new(&config(&prefix).redis).unwrap());
+    let mut conn = raw().await;
+    for call in ["c-1", "c-2"] {
+        let _: () = conn
+            .hset_multiple(
+                format!("{prefix}:run:{{r-1}}:call:{call}"),
+                &record("r-1", call),
+            )
+            .await
+            .unwrap();
+    }
+    let lease = Duration::from_secs(5);
+    forget_scripts().await;
+    assert_eq!(
+        store.begin("r-1", "me/1", lease).await.unwrap(),
+        Begin::Taken { cancelled: false }
+    );
+    forget_scripts().await;
+    let mut evidence = store
+        .load_evidence("r-1", &["c-1".into()], 10, LIMITS)
+        .await
+        .unwrap();
+    assert_eq!(evidence.records["c-1"].get("tool_call_id"), Some("c-1"));
+    forget_scripts().await;
+    store
+        .complete_evidence(&mut evidence, &["c-2".into()], LIMITS)
+        .await
+        .unwrap();
+    assert_eq!(evidence.records["c-2"].get("tool_call_id"), Some("c-2"));
+    forget_scripts().await;
+    store.unlock("r-1", "me/1").await.unwrap();
+    assert_eq!(
+        store.begin("r-1", "me/2", lease).await.unwrap(),
+        Begin::Taken { cancelled: false },
+        "the unlock freed the lock"
+    );
+    forget_scripts().await;
+    assert_eq!(
+        store
+            .commit("r-1", "me/2", &commit("{\"outcome\":\"SUCCESS\"}"))
+            .await
+            .unwrap(),
+        Committed::Decided
+    );
+    assert_eq!(
+        store.get_result("r-1").await.unwrap().as_deref(),
+        Some("{\"outcome\":\"SUCCESS\"}")
+    );
+}
+
 #[actix_rt::test]
 async fn records_are_read_under_the_contract_keys_in_one_pipeline() {
     let prefix = unique_prefix("records");
@@ -545,11 +607,7 @@ async fn with_min_replicas_ack_a_flushed_script_is_loaded_again_and_too_few_acks
     );
     // A node that forgot its scripts (a restarted or promoted master): EVALSHA fails with
     // NOSCRIPT inside the commit+WAIT pipeline, the script is loaded and the pipeline sent again.
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut raw().await)
-        .await
-        .unwrap();
+    forget_scripts().await;
     let err = store
         .commit("r-wait", "me/1", &commit("{\"outcome\":\"SUCCESS\"}"))
         .await

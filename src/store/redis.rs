@@ -474,15 +474,14 @@ impl RedisStore {
         lease: Duration,
     ) -> Result<Begin, StoreError> {
         let mut conn = self.conn.clone();
-        let (what, text, number): (String, String, i64) = self
-            .scripts
-            .begin
-            .key(self.keys.release(run))
-            .key(self.keys.lock(run))
-            .key(self.keys.cancelled(run))
+        let script = &self.scripts.begin;
+        let mut cmd = evalsha(script, 3, 5, 3 * (run.len() + 64) + token.len() + 20);
+        cmd.arg(self.keys.release(run))
+            .arg(self.keys.lock(run))
+            .arg(self.keys.cancelled(run))
             .arg(token)
-            .arg(lease.as_millis() as u64)
-            .invoke_async(&mut conn)
+            .arg(lease.as_millis() as u64);
+        let (what, text, number): (String, String, i64) = invoke(script, &cmd, &mut conn)
             .await
             .map_err(failed("begin"))?;
         match what.as_str() {
@@ -510,25 +509,27 @@ impl RedisStore {
         max_calls: usize,
         limits: RecordLimits,
     ) -> Result<(bool, CallsList, LoadedRecords), StoreError> {
-        let mut invocation = self.scripts.load.prepare_invoke();
-        invocation
-            .key(self.keys.calls(run))
-            .key(self.keys.cancelled(run));
+        let script = &self.scripts.load;
+        let call_prefix = self.keys.call(run, "");
+        let keys_bytes: usize = cited.iter().map(|id| call_prefix.len() + id.len()).sum();
+        let mut cmd = evalsha(
+            script,
+            2 + cited.len(),
+            2 + cited.len() + 5 + RECORD_FIELDS.len(),
+            keys_bytes + 3 * call_prefix.len() + 200,
+        );
+        cmd.arg(self.keys.calls(run)).arg(self.keys.cancelled(run));
         for id in cited {
-            invocation.key(self.keys.call(run, id));
+            cmd.arg(self.keys.call(run, id));
         }
-        invocation
-            .arg(max_calls.max(1))
+        cmd.arg(max_calls.max(1))
             .arg(MAX_CALL_ID_BYTES)
             .arg(limits.max_record_bytes)
             .arg(limits.max_release_bytes)
-            .arg(self.keys.call(run, ""));
-        for field in RECORD_FIELDS {
-            invocation.arg(field);
-        }
+            .arg(call_prefix)
+            .arg(&RECORD_FIELDS[..]);
         let mut conn = self.conn.clone();
-        let answer: Vec<u8> = invocation
-            .invoke_async(&mut conn)
+        let answer: Vec<u8> = invoke(script, &cmd, &mut conn)
             .await
             .map_err(failed("load"))?;
         read_load(&answer, limits.max_record_bytes).map_err(|what| {
@@ -549,20 +550,24 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(LoadedRecords::default());
         }
-        let mut invocation = self.scripts.records.prepare_invoke();
+        let script = &self.scripts.records;
+        let call_prefix = self.keys.call(run, "");
+        let keys_bytes: usize = ids.iter().map(|id| call_prefix.len() + id.len()).sum();
+        let mut cmd = evalsha(
+            script,
+            ids.len(),
+            ids.len() + 3 + RECORD_FIELDS.len(),
+            keys_bytes + call_prefix.len() + 200,
+        );
         for id in ids {
-            invocation.key(self.keys.call(run, id));
+            cmd.arg(self.keys.call(run, id));
         }
-        invocation
-            .arg(max_record_bytes)
+        cmd.arg(max_record_bytes)
             .arg(budget)
-            .arg(self.keys.call(run, ""));
-        for field in RECORD_FIELDS {
-            invocation.arg(field);
-        }
+            .arg(call_prefix)
+            .arg(&RECORD_FIELDS[..]);
         let mut conn = self.conn.clone();
-        let answer: Vec<u8> = invocation
-            .invoke_async(&mut conn)
+        let answer: Vec<u8> = invoke(script, &cmd, &mut conn)
             .await
             .map_err(failed("load_records"))?;
         let mut items = Items { bytes: &answer };
@@ -688,14 +693,11 @@ impl RedisStore {
     ) -> Result<(Value, Option<i64>), RedisError> {
         let mut conn = self.commit_conn.clone();
         if self.min_replicas_ack == 0 {
-            let mut invocation = script.prepare_invoke();
-            for key in keys {
-                invocation.key(key);
-            }
-            for arg in args {
-                invocation.arg(*arg);
-            }
-            return Ok((invocation.invoke_async(&mut conn).await?, None));
+            let bytes = keys.iter().map(String::len).sum::<usize>()
+                + args.iter().map(|a| a.len()).sum::<usize>();
+            let mut cmd = evalsha(script, keys.len(), keys.len() + args.len(), bytes);
+            cmd.arg(keys).arg(args);
+            return Ok((invoke(script, &cmd, &mut conn).await?, None));
         }
         let mut pipe = redis::pipe();
         pipe.cmd("EVALSHA")
@@ -777,12 +779,10 @@ impl RedisStore {
 
     pub(super) async fn unlock(&self, run: &str, token: &str) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
-        let _: i64 = self
-            .scripts
-            .unlock
-            .key(self.keys.lock(run))
-            .arg(token)
-            .invoke_async(&mut conn)
+        let script = &self.scripts.unlock;
+        let mut cmd = evalsha(script, 1, 2, run.len() + token.len() + 64);
+        cmd.arg(self.keys.lock(run)).arg(token);
+        let _: i64 = invoke(script, &cmd, &mut conn)
             .await
             .map_err(failed_write("unlock"))?;
         Ok(())
@@ -875,6 +875,34 @@ impl<'a> Items<'a> {
         } else {
             Err("trailing bytes")
         }
+    }
+}
+
+/// `EVALSHA` of `script` with `keys` keys, which follow with `.arg`, then the arguments:
+/// the command `Script::prepare_invoke` sends, written straight into one `Cmd` (the
+/// invocation first copied every key and argument into a `Vec` of its own, then all of them
+/// again into the command). On a cluster it is routed by its first key, as the invocation was.
+/// `args` and `bytes` size the command for the keys and arguments that follow (their
+/// number and a bound on their bytes), so that it is not grown as they are added.
+fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(3 + args, 64 + bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// Sends `cmd` (an [`evalsha`] of `script`). A node that does not know the script yet (a
+/// fresh, restarted or promoted master) ran nothing: it gets the script, then `cmd` again.
+async fn invoke<T: redis::FromRedisValue>(
+    script: &Script,
+    cmd: &Cmd,
+    conn: &mut impl ConnectionLike,
+) -> Result<T, RedisError> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
     }
 }
 
