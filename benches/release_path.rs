@@ -234,7 +234,7 @@ fn evidence_guard_snapshot_decision(c: &mut Criterion) {
                 Judgement::Supported {
                     reason: "fits".into(),
                 },
-                &judged,
+                std::sync::Arc::new(*judged),
                 &mut audit,
             );
             let bytes = serde_json::to_vec(&result).expect("a release result serializes");

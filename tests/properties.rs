@@ -908,8 +908,8 @@ proptest! {
             &policy,
             &mut audit,
         );
-        let judged = match step {
-            Step::Judge(judged) => judged,
+        let judged: std::sync::Arc<_> = match step {
+            Step::Judge(judged) => (*judged).into(),
             other => return Err(TestCaseError::fail(format!("expected Step::Judge, got {other:?}"))),
         };
         // The snapshot holds exactly the cited evidence, so the checks below are not vacuous.
@@ -918,9 +918,9 @@ proptest! {
         }
 
         let mut results: Vec<(&str, ReleaseResult)> = vec![
-            ("SUCCESS", after_judgement(&s.run_id, Judgement::Supported { reason: s.reason.clone() }, &judged, &mut audit)),
-            ("SEMANTIC_UNSUPPORTED", after_judgement(&s.run_id, Judgement::Unsupported { reason: s.reason.clone() }, &judged, &mut audit)),
-            ("SEMANTIC_UNAVAILABLE", after_judgement(&s.run_id, Judgement::Unavailable, &judged, &mut audit)),
+            ("SUCCESS", after_judgement(&s.run_id, Judgement::Supported { reason: s.reason.clone() }, judged.clone(), &mut audit)),
+            ("SEMANTIC_UNSUPPORTED", after_judgement(&s.run_id, Judgement::Unsupported { reason: s.reason.clone() }, judged.clone(), &mut audit)),
+            ("SEMANTIC_UNAVAILABLE", after_judgement(&s.run_id, Judgement::Unavailable, judged.clone(), &mut audit)),
             ("EVIDENCE_VALIDATION_FAILED", ReleaseResult::evidence_validation_failed(&s.run_id)),
             ("CANCELLED", ReleaseResult::cancelled(&s.run_id)),
         ];
@@ -1224,7 +1224,7 @@ proptest! {
                 let request = semantic_request(&shape, QUERY_TEXT, &judged.draft, &judged.snapshot, "n0nce")
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 assert_no_identifiers("SemanticGuard request", request.body().get(), calls.len())?;
-                results.push(("SUCCESS", after_judgement(HOSTILE_RUN, Judgement::Supported { reason: "ok".into() }, &judged, &mut audit)));
+                results.push(("SUCCESS", after_judgement(HOSTILE_RUN, Judgement::Supported { reason: "ok".into() }, std::sync::Arc::new(*judged), &mut audit)));
             }
             Step::Finish(result) => {
                 // Only when the sources would not fit: the release fails closed.

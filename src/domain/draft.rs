@@ -175,6 +175,27 @@ impl Draft {
         }
     }
 
+    /// [`Draft::user_visible`] of a Draft that is not needed any more: its texts are moved,
+    /// not copied.
+    pub fn into_user_visible(self) -> UserVisibleDraft {
+        UserVisibleDraft {
+            conclusion: self.conclusion,
+            analyses: self
+                .analyses
+                .into_iter()
+                .map(|a| UserVisibleAnalysis {
+                    id: a.id,
+                    kind: a.kind,
+                    text: a.text,
+                })
+                .collect(),
+            action_plan: self.action_plan,
+            recommendations: self.recommendations,
+            limitations: self.limitations,
+            missing_context: self.missing_context,
+        }
+    }
+
     /// The user-visible Draft, borrowed: serializes exactly as [`Draft::user_visible`]
     /// without copying it (the judge's request is written from it).
     pub fn visible(&self) -> VisibleDraft<'_> {
@@ -398,6 +419,10 @@ mod tests {
             {"id": "A1", "kind": "NORMAL", "text": "t", "tool_call_ids": ["secret-call"]}]}))
         .unwrap();
         let shown = serde_json::to_value(draft.user_visible()).unwrap();
+        assert_eq!(
+            shown,
+            serde_json::to_value(draft.into_user_visible()).unwrap()
+        );
         assert!(!shown.to_string().contains("secret-call"));
         let keys: Vec<_> = shown.as_object().unwrap().keys().cloned().collect();
         assert_eq!(

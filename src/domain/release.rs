@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::audit::{Audit, ReleasePath, RepairAudit, VerdictAudit};
 use super::bounded::{CopyLimits, Redactor};
+use std::sync::Arc;
+
 use super::draft::{Draft, DraftParseError, UserVisibleDraft};
 use super::evidence_guard::{
     check_concluded, review_references, ResolvedRun, Rule, RunEvidence, Violation,
@@ -151,12 +153,21 @@ impl ReleaseResult {
 
     /// SUCCESS: the verified Draft, unchanged, without tool call ids.
     pub fn success(run_id: &str, draft: &Draft, snapshot: &VerifiedSnapshot) -> ReleaseResult {
+        ReleaseResult::success_of(run_id, draft.user_visible(), snapshot)
+    }
+
+    /// [`ReleaseResult::success`] with the report already taken from its Draft.
+    fn success_of(
+        run_id: &str,
+        report: UserVisibleDraft,
+        snapshot: &VerifiedSnapshot,
+    ) -> ReleaseResult {
         ReleaseResult {
             run_id: run_id.to_string(),
             outcome: Outcome::Success,
             fallback_type: None,
             message: None,
-            report: Some(draft.user_visible()),
+            report: Some(report),
             verified_sources: snapshot.verified_sources(),
             observed_facts: Vec::new(),
             missing_context: Vec::new(),
@@ -482,16 +493,24 @@ pub enum Judgement {
 }
 
 /// The release result of a reviewed Draft.
+///
+/// `judged` is shared with the SemanticGuard until it answers: when nothing else holds it
+/// by then (as in a release), the released report takes the Draft's texts instead of a copy.
 pub fn after_judgement(
     run_id: &str,
     judgement: Judgement,
-    judged: &Judgeable,
+    judged: Arc<Judgeable>,
     audit: &mut Audit,
 ) -> ReleaseResult {
     match judgement {
         Judgement::Supported { reason } => {
             audit.verdict = Some(VerdictAudit::supported(reason));
-            ReleaseResult::success(run_id, &judged.draft, &judged.snapshot)
+            match Arc::try_unwrap(judged) {
+                Ok(Judgeable { draft, snapshot }) => {
+                    ReleaseResult::success_of(run_id, draft.into_user_visible(), &snapshot)
+                }
+                Err(shared) => ReleaseResult::success(run_id, &shared.draft, &shared.snapshot),
+            }
         }
         Judgement::Unsupported { reason } => {
             audit.verdict = Some(VerdictAudit::unsupported(reason));
@@ -858,24 +877,27 @@ mod tests {
     fn judgements_map_to_outcomes() {
         let run = run_evidence().resolve(&good_draft().cited_call_ids());
         let ids = RunIdentifiers::of_run(&run, "aiops");
-        let judged = judgeable(good_draft(), &run, &ids, &policy()).unwrap();
+        let judged = Arc::new(judgeable(good_draft(), &run, &ids, &policy()).unwrap());
         let mut audit = Audit::new("r", StopReason::FinalAnswer);
-        let ok = after_judgement(
-            "r",
-            Judgement::Supported {
-                reason: "fits".into(),
-            },
-            &judged,
-            &mut audit,
-        );
+        let supported = || Judgement::Supported {
+            reason: "fits".into(),
+        };
+        // Shared (the Draft is copied) and held by nobody else (its texts are moved): the
+        // same result.
+        let ok = after_judgement("r", supported(), judged.clone(), &mut audit);
         assert_eq!(ok.outcome, Outcome::Success);
         assert_eq!(ok.report, Some(good_draft().user_visible()));
+        let only = judgeable(good_draft(), &run, &ids, &policy()).unwrap();
+        assert_eq!(
+            after_judgement("r", supported(), Arc::new(only), &mut audit),
+            ok
+        );
         let no = after_judgement(
             "r",
             Judgement::Unsupported {
                 reason: "SECRET-REASON".into(),
             },
-            &judged,
+            judged.clone(),
             &mut audit,
         );
         assert_eq!(no.fallback_type, Some(FallbackType::SemanticUnsupported));
@@ -883,7 +905,7 @@ mod tests {
             .unwrap()
             .contains("SECRET-REASON"));
         assert_eq!(no.verified_sources.len(), 3);
-        let down = after_judgement("r", Judgement::Unavailable, &judged, &mut audit);
+        let down = after_judgement("r", Judgement::Unavailable, judged, &mut audit);
         assert_eq!(down.fallback_type, Some(FallbackType::SemanticUnavailable));
         assert!(down.report.is_none());
     }

@@ -246,7 +246,7 @@ impl RunSupervisor {
             let result = after_judgement(
                 &self.run_id,
                 Judgement::Unavailable,
-                &judged,
+                judged,
                 &mut self.audit,
             );
             return self.commit(result, None, ctx);
@@ -270,7 +270,7 @@ impl RunSupervisor {
     ) {
         match answer {
             Ok(StepOutcome::Done(judgement)) => {
-                let result = after_judgement(&self.run_id, judgement, &judged, &mut self.audit);
+                let result = after_judgement(&self.run_id, judgement, judged, &mut self.audit);
                 self.commit(result, None, ctx);
             }
             Ok(StepOutcome::Cancelled(source)) => self.cancelled(source, ctx),
