@@ -128,18 +128,17 @@ pub fn describe_metrics() {
         "HTTP requests answered, by route pattern and status."
     );
 
-    counter!(RELEASES_TOTAL, "outcome" => "SUCCESS", "fallback_type" => "none").absolute(0);
-    counter!(RELEASES_TOTAL, "outcome" => "CANCELLED", "fallback_type" => "none").absolute(0);
-    for kind in FallbackType::ALL {
-        counter!(RELEASES_TOTAL, "outcome" => "FALLBACK", "fallback_type" => kind.as_str())
+    for (outcome, fallback) in release_label_sets() {
+        let fallback = fallback.map(FallbackType::as_str).unwrap_or("none");
+        counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback)
             .absolute(0);
     }
-    for role in [ModelRole::Repair, ModelRole::Semantic] {
+    for role in ROLES {
         for result in AttemptOutcome::ALL {
             counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => result.as_str())
                 .absolute(0);
         }
-        for kind in ["prompt", "completion"] {
+        for kind in TOKEN_KINDS {
             counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => kind).absolute(0);
         }
     }
