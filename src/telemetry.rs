@@ -129,17 +129,14 @@ pub fn describe_metrics() {
     );
 
     for (outcome, fallback) in release_label_sets() {
-        let fallback = fallback.map(FallbackType::as_str).unwrap_or("none");
-        counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback)
-            .absolute(0);
+        releases_counter(outcome, fallback).absolute(0);
     }
     for role in ROLES {
         for result in AttemptOutcome::ALL {
-            counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => result.as_str())
-                .absolute(0);
+            model_calls_counter(role, result).absolute(0);
         }
         for kind in TOKEN_KINDS {
-            counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => kind).absolute(0);
+            tokens_counter(role, kind).absolute(0);
         }
     }
     for rule in Rule::ALL {
@@ -252,43 +249,50 @@ fn release_label_sets() -> impl Iterator<Item = (Outcome, Option<FallbackType>)>
         .chain(FallbackType::ALL.map(|k| (Outcome::Fallback, Some(k))))
 }
 
+// The series of each label set a release touches, named and labelled in one place: to
+// register them once ([`ReleaseMetrics`]), to create them at zero ([`describe_metrics`]) and
+// to record on them before [`install_metrics`] has run.
+
+fn releases_counter(outcome: Outcome, fallback: Option<FallbackType>) -> Counter {
+    let fallback = fallback.map(FallbackType::as_str).unwrap_or("none");
+    counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback)
+}
+
+fn duration_histogram(outcome: Outcome) -> Histogram {
+    histogram!(RELEASE_DURATION_SECONDS, "outcome" => outcome.as_str())
+}
+
+fn model_calls_counter(role: ModelRole, result: AttemptOutcome) -> Counter {
+    counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => result.as_str())
+}
+
+fn model_duration_histogram(role: ModelRole) -> Histogram {
+    histogram!(MODEL_CALL_DURATION_SECONDS, "role" => role.as_str())
+}
+
+fn tokens_counter(role: ModelRole, kind: &'static str) -> Counter {
+    counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => kind)
+}
+
 impl ReleaseMetrics {
     fn register() -> Self {
-        let releases = release_label_sets()
-            .map(|(outcome, fallback)| {
-                let fallback = fallback.map(FallbackType::as_str).unwrap_or("none");
-                counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback)
-            })
-            .collect();
         ReleaseMetrics {
-            releases,
-            durations: OUTCOMES
-                .iter()
-                .map(|o| histogram!(RELEASE_DURATION_SECONDS, "outcome" => o.as_str()))
+            releases: release_label_sets()
+                .map(|(outcome, fallback)| releases_counter(outcome, fallback))
                 .collect(),
+            durations: OUTCOMES.map(duration_histogram).to_vec(),
             overhead: histogram!(OVERHEAD_SECONDS),
             model_calls: ROLES
-                .iter()
                 .map(|role| {
                     AttemptOutcome::ALL
-                        .iter()
-                        .map(|r| counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => r.as_str()))
-                        .collect()
+                        .map(|r| model_calls_counter(role, r))
+                        .to_vec()
                 })
-                .collect(),
-            model_durations: ROLES
-                .iter()
-                .map(|role| histogram!(MODEL_CALL_DURATION_SECONDS, "role" => role.as_str()))
-                .collect(),
+                .to_vec(),
+            model_durations: ROLES.map(model_duration_histogram).to_vec(),
             tokens: ROLES
-                .iter()
-                .map(|role| {
-                    TOKEN_KINDS
-                        .iter()
-                        .map(|kind| counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => *kind))
-                        .collect()
-                })
-                .collect(),
+                .map(|role| TOKEN_KINDS.map(|kind| tokens_counter(role, kind)).to_vec())
+                .to_vec(),
             in_flight: gauge!(RUNS_IN_FLIGHT),
         }
     }
@@ -346,16 +350,11 @@ pub fn release_finished(
     let hot = RELEASE_METRICS.get();
     match hot.and_then(|m| m.release(outcome, fallback)) {
         Some(c) => c.increment(1),
-        None => {
-            let fallback = fallback.map(FallbackType::as_str).unwrap_or("none");
-            counter!(RELEASES_TOTAL, "outcome" => outcome.as_str(), "fallback_type" => fallback)
-                .increment(1)
-        }
+        None => releases_counter(outcome, fallback).increment(1),
     }
     match hot.and_then(|m| m.duration(outcome)) {
         Some(h) => h.record(total.as_secs_f64()),
-        None => histogram!(RELEASE_DURATION_SECONDS, "outcome" => outcome.as_str())
-            .record(total.as_secs_f64()),
+        None => duration_histogram(outcome).record(total.as_secs_f64()),
     }
     match hot {
         Some(m) => m.overhead.record(overhead.as_secs_f64()),
@@ -373,24 +372,19 @@ pub fn model_attempt(
     let hot = RELEASE_METRICS.get();
     match hot.and_then(|m| m.model_call(role, outcome)) {
         Some(c) => c.increment(1),
-        None => counter!(MODEL_CALLS_TOTAL, "role" => role.as_str(), "result" => outcome.as_str())
-            .increment(1),
+        None => model_calls_counter(role, outcome).increment(1),
     }
     if outcome != AttemptOutcome::BudgetDenied {
         match hot.and_then(|m| m.model_duration(role)) {
             Some(h) => h.record(latency.as_secs_f64()),
-            None => histogram!(MODEL_CALL_DURATION_SECONDS, "role" => role.as_str())
-                .record(latency.as_secs_f64()),
+            None => model_duration_histogram(role).record(latency.as_secs_f64()),
         }
     }
     for (kind, tokens) in [prompt_tokens, completion_tokens].into_iter().enumerate() {
         let Some(n) = tokens else { continue };
         match hot.and_then(|m| m.tokens(role, kind)) {
             Some(c) => c.increment(n),
-            None => {
-                counter!(MODEL_TOKENS_TOTAL, "role" => role.as_str(), "kind" => TOKEN_KINDS[kind])
-                    .increment(n)
-            }
+            None => tokens_counter(role, TOKEN_KINDS[kind]).increment(n),
         }
     }
 }
