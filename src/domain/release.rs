@@ -5,12 +5,12 @@
 //! concluded path. Each records what it decided in the [`Audit`]. Results are built only
 //! through the constructors of [`ReleaseResult`], so a fallback can never carry a Draft.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::audit::{Audit, ReleasePath, RepairAudit, VerdictAudit};
 use super::bounded::{CopyLimits, Redactor};
-use std::sync::Arc;
-
 use super::draft::{Draft, DraftParseError, UserVisibleDraft};
 use super::evidence_guard::{
     check_concluded, review_references, ResolvedRun, Rule, RunEvidence, Violation,

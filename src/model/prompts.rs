@@ -43,7 +43,7 @@ impl RequestBody {
     }
 
     /// How many holders share these bytes (this one, its clones, and every `Bytes` of
-    /// [`RequestBody::shared`] still alive, e.g. the body of a request in flight).
+    /// [`WeakBody::shared`] still alive, e.g. the body of a request in flight).
     pub fn holders(&self) -> usize {
         Arc::strong_count(&self.0)
     }

@@ -712,7 +712,7 @@ impl RedisStore {
         let (answer, acked) = match answered {
             // A node that does not know the script yet (a fresh or promoted master) ran
             // nothing: load it (on every node) and send the pipeline again.
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            Err(e) if forgot_script(&e) => {
                 script.load_async(&mut conn).await?;
                 pipe.query_async(&mut conn).await?
             }
@@ -898,12 +898,18 @@ async fn invoke<T: redis::FromRedisValue>(
     conn: &mut impl ConnectionLike,
 ) -> Result<T, RedisError> {
     match cmd.query_async(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+        Err(e) if forgot_script(&e) => {
             script.load_async(conn).await?;
             cmd.query_async(conn).await
         }
         other => other,
     }
+}
+
+/// `NOSCRIPT`: the node does not know the script (fresh, restarted or promoted) and ran
+/// nothing, so it is safe to load it and send the command again.
+fn forgot_script(e: &RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 /// The load script's answer ([`LOAD_SCRIPT`]): marker, calls list, records.
