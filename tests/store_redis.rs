@@ -43,6 +43,22 @@ fn record(run: &str, call: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Writes `record(run, call)` under `P:run:{run}:call:call`, as the agent's tool layer does.
+async fn write_record(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    run: &str,
+    call: &str,
+) {
+    let _: () = conn
+        .hset_multiple(
+            format!("{prefix}:run:{{{run}}}:call:{call}"),
+            &record(run, call),
+        )
+        .await
+        .unwrap();
+}
+
 /// `SCRIPT FLUSH`: Redis forgets every script, as a restarted or newly promoted master has.
 async fn forget_scripts() {
     let _: () = redis::cmd("SCRIPT")
@@ -58,18 +74,11 @@ async fn every_script_is_sent_again_after_redis_forgot_it() {
     let store = Store::Redis(RedisStore::new(&config(&prefix).redis).unwrap());
     let mut conn = raw().await;
     for call in ["c-1", "c-2"] {
-        let _: () = conn
-            .hset_multiple(
-                format!("{prefix}:run:{{r-1}}:call:{call}"),
-                &record("r-1", call),
-            )
-            .await
-            .unwrap();
+        write_record(&mut conn, &prefix, "r-1", call).await;
     }
-    let lease = Duration::from_secs(5);
     forget_scripts().await;
     assert_eq!(
-        store.begin("r-1", "me/1", lease).await.unwrap(),
+        store.begin("r-1", "me/1", LEASE).await.unwrap(),
         Begin::Taken { cancelled: false }
     );
     forget_scripts().await;
@@ -87,7 +96,7 @@ async fn every_script_is_sent_again_after_redis_forgot_it() {
     forget_scripts().await;
     store.unlock("r-1", "me/1").await.unwrap();
     assert_eq!(
-        store.begin("r-1", "me/2", lease).await.unwrap(),
+        store.begin("r-1", "me/2", LEASE).await.unwrap(),
         Begin::Taken { cancelled: false },
         "the unlock freed the lock"
     );
@@ -119,22 +128,10 @@ async fn records_are_read_under_the_contract_keys_in_one_pipeline() {
         .await
         .unwrap();
     for call in ["c-1", "c-2", "c-9"] {
-        let _: () = conn
-            .hset_multiple(
-                format!("{prefix}:run:{{r-42}}:call:{call}"),
-                &record("r-42", call),
-            )
-            .await
-            .unwrap();
+        write_record(&mut conn, &prefix, "r-42", call).await;
     }
     // A record of another run with the same call id is not this run's.
-    let _: () = conn
-        .hset_multiple(
-            format!("{prefix}:run:{{r-41}}:call:c-3"),
-            &record("r-41", "c-3"),
-        )
-        .await
-        .unwrap();
+    write_record(&mut conn, &prefix, "r-41", "c-3").await;
 
     let evidence = store
         .load_evidence(
