@@ -7,6 +7,7 @@
 use serde::Serialize;
 
 use super::evidence_guard::{ExcludedReference, Rule, Violation};
+use super::json;
 use super::release::{FallbackType, Outcome, StopReason};
 
 /// Which branch of the release decision was taken.
@@ -343,10 +344,10 @@ impl Audit {
     /// The record in the parts the fenced commit joins: everything but the end (an open
     /// JSON object), the end for `end`, and the end for a cancel found at the commit.
     pub fn commit_json(&self, end: &AuditEnd) -> AuditJson {
-        let mut head = serde_json::to_string(self).unwrap_or_else(|_| "{}".into());
+        let mut head = json::to_string_sized(self, 1024).unwrap_or_else(|_| "{}".into());
         head.pop(); // the closing brace; the record always has keys, so a tail follows ","
         let tail = |end: &AuditEnd| {
-            let json = serde_json::to_string(end).unwrap_or_else(|_| "{}".into());
+            let json = json::to_string(end).unwrap_or_else(|_| "{}".into());
             format!(",{}", &json[1..])
         };
         AuditJson {
@@ -431,6 +432,13 @@ mod tests {
         assert!(decided.get("superseded").is_none());
         assert_eq!(decided["verdict"]["verdict"], "SUPPORTED");
         assert_eq!(parts.head.clone() + &parts.tail, audit.to_json(&end));
+        // Written by `json`, byte for byte as serde_json writes it (timings are floats).
+        audit.timings.total_ms = 1.38;
+        audit.timings.model_wait_ms = -0.0;
+        let mut whole = serde_json::to_string(&audit).unwrap();
+        whole.pop();
+        whole.push_str(&serde_json::to_string(&end).unwrap().replacen('{', ",", 1));
+        assert_eq!(audit.to_json(&end), whole);
 
         let cancelled: serde_json::Value =
             serde_json::from_str(&(parts.head + &parts.cancelled_tail)).unwrap();

@@ -12,6 +12,7 @@
 //! - [`release`]: the release decision and the release result.
 //! - [`budget`]: the per-run model budget.
 //! - [`audit`]: the operators' audit record.
+//! - [`json`]: the JSON text the harness writes (fast, byte-identical to `serde_json`).
 
 pub mod audit;
 pub mod bounded;
@@ -20,6 +21,7 @@ pub mod draft;
 pub mod evidence_guard;
 pub mod identifiers;
 pub mod invocation;
+pub mod json;
 pub mod release;
 pub mod repair_check;
 pub mod request;

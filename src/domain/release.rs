@@ -560,6 +560,11 @@ mod tests {
             ReleaseResult::missing_required_context("r", &["x".into()]),
             ReleaseResult::cancelled("r"),
         ] {
+            // What is stored and answered is written by `json`, byte for byte as serde_json.
+            assert_eq!(
+                crate::domain::json::to_string(&result).unwrap(),
+                serde_json::to_string(&result).unwrap()
+            );
             let value = serde_json::to_value(&result).unwrap();
             let keys: Vec<_> = value.as_object().unwrap().keys().cloned().collect();
             assert_eq!(

@@ -82,11 +82,24 @@ pub fn invisible_len(bytes: &[u8]) -> usize {
 pub fn push_escaped(out: &mut Vec<u8>, bytes: &[u8], strip: bool) {
     out.reserve(bytes.len());
     // Writing into a Vec cannot fail.
-    let _ = write_escaped(out, bytes, strip);
+    let _ = write_escaped(out, bytes, strip, Depth::Once);
 }
 
-/// [`push_escaped`] into any writer.
-fn write_escaped<W: ?Sized + io::Write>(out: &mut W, bytes: &[u8], strip: bool) -> io::Result<()> {
+/// How many times text is escaped: once for a JSON string, or twice for a JSON string
+/// holding JSON text whose strings hold it ([`push_json`]: `"` becomes `\"`, then `\\\"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Depth {
+    Once,
+    Twice,
+}
+
+/// [`push_escaped`] into any writer, escaped once or twice.
+fn write_escaped<W: ?Sized + io::Write>(
+    out: &mut W,
+    bytes: &[u8],
+    strip: bool,
+    depth: Depth,
+) -> io::Result<()> {
     let special = if strip { &SPECIAL_STRIP } else { &SPECIAL };
     let mut start = 0;
     let mut i = 0;
@@ -109,18 +122,7 @@ fn write_escaped<W: ?Sized + io::Write>(out: &mut W, bytes: &[u8], strip: bool) 
         let escape = ESCAPE[b as usize];
         if escape != 0 {
             out.write_all(&bytes[start..i])?;
-            if escape == b'u' {
-                out.write_all(&[
-                    b'\\',
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[(b >> 4) as usize],
-                    HEX[(b & 0xF) as usize],
-                ])?;
-            } else {
-                out.write_all(&[b'\\', escape])?;
-            }
+            write_escape(out, b, escape, depth)?;
             i += 1;
             start = i;
         } else if strip && INVISIBLE_LEAD[b as usize] {
@@ -137,6 +139,25 @@ fn write_escaped<W: ?Sized + io::Write>(out: &mut W, bytes: &[u8], strip: bool) 
         }
     }
     out.write_all(&bytes[start..])
+}
+
+/// The escape of byte `b` (its [`ESCAPE`] entry `escape`), once (`\n`, `\u001f`) or with
+/// its backslash, and any quote, escaped once more (`\\n`, `\\u001f`, `\\\"`).
+fn write_escape<W: ?Sized + io::Write>(
+    out: &mut W,
+    b: u8,
+    escape: u8,
+    depth: Depth,
+) -> io::Result<()> {
+    let (high, low) = (HEX[(b >> 4) as usize], HEX[(b & 0xF) as usize]);
+    match (depth, escape) {
+        (Depth::Once, b'u') => out.write_all(&[b'\\', b'u', b'0', b'0', high, low]),
+        (Depth::Once, _) => out.write_all(&[b'\\', escape]),
+        (Depth::Twice, b'u') => out.write_all(&[b'\\', b'\\', b'u', b'0', b'0', high, low]),
+        (Depth::Twice, b'"') => out.write_all(b"\\\\\\\""),
+        (Depth::Twice, b'\\') => out.write_all(b"\\\\\\\\"),
+        (Depth::Twice, _) => out.write_all(&[b'\\', b'\\', escape]),
+    }
 }
 
 /// Whether one of the eight bytes of `chunk` may need a closer look: a control byte, `"`,
@@ -165,25 +186,42 @@ pub fn push_string(out: &mut Vec<u8>, text: &str) {
 }
 
 /// Serializes `value` as JSON into the inside of a JSON string in one pass: a
-/// [`Formatter`](serde_json::ser::Formatter) writes the value's structure already escaped
-/// (`{`, `:` and digits need nothing; a quote is written `\"`), and each string's text and
-/// escapes escaped a second time as they are written. Invisible controls inside strings are
-/// dropped when `strip_invisible` is set.
+/// [`Formatter`](sonic_rs::format::Formatter) writes the value's structure already escaped
+/// (`{`, `:` and digits need nothing; a quote is written `\"`), and each string's text
+/// escaped twice as it is written (nothing scans it before). Invisible controls inside
+/// strings are dropped when `strip_invisible` is set.
 pub fn push_json<T: serde::Serialize + ?Sized>(
     out: &mut Vec<u8>,
     value: &T,
     strip_invisible: bool,
-) -> serde_json::Result<()> {
-    let mut serializer = serde_json::Serializer::with_formatter(out, InString { strip_invisible });
+) -> Result<(), crate::domain::json::JsonError> {
+    let mut serializer = sonic_rs::Serializer::with_formatter(out, InString { strip_invisible });
     value.serialize(&mut serializer)
 }
 
 /// The formatter of [`push_json`]: compact JSON, escaped for the inside of a string.
+#[derive(Clone)]
 struct InString {
     strip_invisible: bool,
 }
 
-impl serde_json::ser::Formatter for InString {
+impl sonic_rs::format::Formatter for InString {
+    fn write_string_fast<W: ?Sized + sonic_rs::writer::WriteExt>(
+        &mut self,
+        writer: &mut W,
+        value: &str,
+        need_quote: bool,
+    ) -> io::Result<()> {
+        if need_quote {
+            writer.write_all(b"\\\"")?;
+        }
+        write_escaped(writer, value.as_bytes(), self.strip_invisible, Depth::Twice)?;
+        if need_quote {
+            writer.write_all(b"\\\"")?;
+        }
+        Ok(())
+    }
+
     fn begin_string<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
         writer.write_all(b"\\\"")
     }
@@ -192,46 +230,12 @@ impl serde_json::ser::Formatter for InString {
         writer.write_all(b"\\\"")
     }
 
-    fn write_string_fragment<W: ?Sized + io::Write>(
+    fn write_raw_value<W: ?Sized + io::Write>(
         &mut self,
         writer: &mut W,
-        fragment: &str,
+        raw: &str,
     ) -> io::Result<()> {
-        // serde_json splits a string only at ASCII bytes, so an invisible control is
-        // never cut in two.
-        write_escaped(writer, fragment.as_bytes(), self.strip_invisible)
-    }
-
-    fn write_char_escape<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        char_escape: serde_json::ser::CharEscape,
-    ) -> io::Result<()> {
-        use serde_json::ser::CharEscape;
-        // The escape JSON writes (`\n`), with its backslash escaped once more (`\\n`).
-        let escaped: &[u8] = match char_escape {
-            CharEscape::Quote => b"\\\\\\\"",
-            CharEscape::ReverseSolidus => b"\\\\\\\\",
-            CharEscape::Solidus => b"\\\\/",
-            CharEscape::Backspace => b"\\\\b",
-            CharEscape::FormFeed => b"\\\\f",
-            CharEscape::LineFeed => b"\\\\n",
-            CharEscape::CarriageReturn => b"\\\\r",
-            CharEscape::Tab => b"\\\\t",
-            CharEscape::AsciiControl(byte) => {
-                let (high, low) = (HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xF)]);
-                return writer.write_all(&[b'\\', b'\\', b'u', b'0', b'0', high, low]);
-            }
-        };
-        writer.write_all(escaped)
-    }
-
-    fn write_raw_fragment<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        fragment: &str,
-    ) -> io::Result<()> {
-        write_escaped(writer, fragment.as_bytes(), false)
+        write_escaped(writer, raw.as_bytes(), false, Depth::Once)
     }
 }
 

@@ -122,6 +122,8 @@ impl PreparedRequest {
 pub enum PromptError {
     #[error("the request cannot be serialized: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("the request cannot be serialized: {0}")]
+    Write(#[from] crate::domain::json::JsonError),
     #[error("the request is not UTF-8")]
     NotUtf8,
 }

@@ -8,6 +8,7 @@ use super::{Lock, Phase, RunSupervisor};
 use crate::actors::registry::RunEnded;
 use crate::actors::{ReleaseError, Released};
 use crate::domain::audit::{millis, AttemptOutcome, AuditEnd, CancelSource, ModelAttempt};
+use crate::domain::json;
 use crate::domain::release::ReleaseResult;
 use crate::store::{Commit, Committed};
 use crate::telemetry;
@@ -63,8 +64,8 @@ impl RunSupervisor {
         let total = self.began.elapsed();
         let cancelled = ReleaseResult::cancelled(&self.run_id);
         let (json, cancelled_json) = match (
-            serde_json::to_string(&result),
-            serde_json::to_string(&cancelled),
+            json::to_string_sized(&result, 4096),
+            json::to_string(&cancelled),
         ) {
             (Ok(json), Ok(cancelled)) => (json, cancelled),
             (Err(e), _) | (_, Err(e)) => {
