@@ -12,6 +12,7 @@
 //! quote character.
 
 use foldhash::HashSet;
+use memchr::memmem;
 
 use super::draft::{AnalysisKind, Draft};
 use super::evidence_guard::{ResolvedRun, Rule, Violation};
@@ -39,7 +40,7 @@ fn ends_key(c: char) -> bool {
 }
 
 /// The run's call ids and the beginnings of its Redis keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct RunIdentifiers {
     call_ids: HashSet<String>,
     /// The distinct lengths of the call ids, longest first: at one position the longest
@@ -47,13 +48,79 @@ pub struct RunIdentifiers {
     lengths: Vec<usize>,
     /// The bytes some call id starts with: most positions are ruled out by them.
     first_bytes: ByteSet,
-    /// The bytes a call id or a key marker starts with.
-    starts: ByteSet,
-    /// Those bytes, when there are at most three of them (the usual case: one call id
-    /// prefix and the key prefix): then the text is searched for them with `memchr`.
-    few_starts: Option<Vec<u8>>,
+    /// How a text is searched for the places where an identifier may start.
+    starts: Starts,
     /// `P:run:` and `P:release:`.
     key_markers: [String; 2],
+}
+
+/// Where an identifier may start in a text. A position not found here starts none; a
+/// position found is checked by [`RunIdentifiers::match_at`].
+// One per run and never in a collection: boxing the searchers would only add allocations.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+enum Starts {
+    /// Every position (the reference the tests compare the search with).
+    #[cfg(test)]
+    Everywhere,
+    /// The key markers' common beginning (`P:r`), and the call ids' starts: their common
+    /// beginning when it has two bytes or more (agents' ids usually share one, like
+    /// `call_`), else their first bytes. Both are searched with `memchr`'s SIMD searchers.
+    Search {
+        marker: memmem::Finder<'static>,
+        ids: IdStarts,
+    },
+}
+
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+enum IdStarts {
+    /// No call id.
+    None,
+    /// The ids' common beginning, at least two bytes.
+    Prefix(memmem::Finder<'static>),
+    /// One, two or three first bytes.
+    Bytes(Vec<u8>),
+    /// More first bytes than `memchr` searches for at once.
+    ByteSet,
+}
+
+/// Where the next start of one kind is, as far as a text has been searched: each kind's
+/// searcher reads each byte of a text at most once, however often the other finds
+/// something that is not an identifier.
+#[derive(Debug, Clone, Copy, Default)]
+enum Ahead {
+    #[default]
+    Unsearched,
+    At(usize),
+    Nowhere,
+}
+
+impl Ahead {
+    /// The first start at or after `from`: the one found before if it is still ahead,
+    /// else what `search` finds from `from`.
+    fn from(&mut self, from: usize, search: impl FnOnce() -> Option<usize>) -> Option<usize> {
+        match *self {
+            Ahead::At(at) if at >= from => Some(at),
+            Ahead::Nowhere => None,
+            _ => {
+                let found = search();
+                *self = found.map_or(Ahead::Nowhere, Ahead::At);
+                found
+            }
+        }
+    }
+}
+
+/// The common beginning of `texts` (bytes; empty for none).
+fn common_prefix<'a>(mut texts: impl Iterator<Item = &'a [u8]>) -> &'a [u8] {
+    let Some(first) = texts.next() else {
+        return &[];
+    };
+    texts.fold(first, |prefix, text| {
+        let len = prefix.iter().zip(text).take_while(|(a, b)| a == b).count();
+        &prefix[..len]
+    })
 }
 
 /// A set of bytes, one bit each.
@@ -147,17 +214,23 @@ impl RunIdentifiers {
             format!("{key_prefix}:run:"),
             format!("{key_prefix}:release:"),
         ];
-        let mut starts = first_bytes;
-        for marker in &key_markers {
-            starts.insert(marker.as_bytes()[0]);
-        }
-        let few_starts = (starts.len() <= 3).then(|| starts.iter().collect());
+        let marker = memmem::Finder::new(common_prefix(key_markers.iter().map(|m| m.as_bytes())))
+            .into_owned();
+        let prefix = common_prefix(call_ids.iter().map(|id| id.as_bytes()));
+        let ids = if call_ids.is_empty() {
+            IdStarts::None
+        } else if prefix.len() >= 2 {
+            IdStarts::Prefix(memmem::Finder::new(prefix).into_owned())
+        } else if first_bytes.len() <= 3 {
+            IdStarts::Bytes(first_bytes.iter().collect())
+        } else {
+            IdStarts::ByteSet
+        };
         RunIdentifiers {
             call_ids,
             lengths,
             first_bytes,
-            starts,
-            few_starts,
+            starts: Starts::Search { marker, ids },
             key_markers,
         }
     }
@@ -186,6 +259,8 @@ impl RunIdentifiers {
             text,
             pos: 0,
             pending: None,
+            marker_ahead: Ahead::default(),
+            id_ahead: Ahead::default(),
         }
     }
 
@@ -217,17 +292,41 @@ impl RunIdentifiers {
         })
     }
 
-    /// The first position at or after `from` whose byte can start a call id or a key.
-    fn next_start(&self, bytes: &[u8], from: usize) -> Option<usize> {
+    /// The first position at or after `from` where a call id or a key may start (see
+    /// [`Starts`]), searching on from what `marker` and `id` found before.
+    fn next_start(
+        &self,
+        bytes: &[u8],
+        from: usize,
+        marker_ahead: &mut Ahead,
+        id_ahead: &mut Ahead,
+    ) -> Option<usize> {
         let rest = bytes.get(from..)?;
-        let found = match self.few_starts.as_deref() {
-            Some([]) => None,
-            Some([a]) => memchr::memchr(*a, rest),
-            Some([a, b]) => memchr::memchr2(*a, *b, rest),
-            Some([a, b, c]) => memchr::memchr3(*a, *b, *c, rest),
-            _ => rest.iter().position(|&b| self.starts.contains(b)),
+        let (marker, ids) = match &self.starts {
+            #[cfg(test)]
+            // Every character boundary (no UTF-8 continuation byte).
+            Starts::Everywhere => return (from..bytes.len()).find(|&i| (bytes[i] as i8) >= -0x40),
+            Starts::Search { marker, ids } => (marker, ids),
         };
-        found.map(|i| from + i)
+        let at = |i: Option<usize>| i.map(|i| from + i);
+        let key = marker_ahead.from(from, || at(marker.find(rest)));
+        let id = id_ahead.from(from, || {
+            at(match ids {
+                IdStarts::None => None,
+                IdStarts::Prefix(prefix) => prefix.find(rest),
+                IdStarts::Bytes(b) => match b[..] {
+                    [a] => memchr::memchr(a, rest),
+                    [a, b] => memchr::memchr2(a, b, rest),
+                    [a, b, c] => memchr::memchr3(a, b, c, rest),
+                    _ => rest.iter().position(|&b| self.first_bytes.contains(b)),
+                },
+                IdStarts::ByteSet => rest.iter().position(|&b| self.first_bytes.contains(b)),
+            })
+        });
+        match (key, id) {
+            (Some(k), Some(i)) => Some(k.min(i)),
+            (k, i) => k.or(i),
+        }
     }
 
     /// The identifier starting at byte `at` of `text`, and where it ends. `prev_token`:
@@ -271,6 +370,8 @@ pub struct Pieces<'a> {
     pos: usize,
     /// An identifier found after a literal piece, returned next.
     pending: Option<(Piece<'a>, usize)>,
+    marker_ahead: Ahead,
+    id_ahead: Ahead,
 }
 
 impl<'a> Iterator for Pieces<'a> {
@@ -291,7 +392,10 @@ impl<'a> Iterator for Pieces<'a> {
         // byte, so always at a character boundary) are looked at more closely.
         let bytes = self.text.as_bytes();
         let mut from = self.pos;
-        while let Some(at) = self.ids.next_start(bytes, from) {
+        while let Some(at) =
+            self.ids
+                .next_start(bytes, from, &mut self.marker_ahead, &mut self.id_ahead)
+        {
             from = at + 1;
             let prev_token = at > self.pos && is_token_byte(bytes[at - 1]);
             if let Some((piece, end)) = self.ids.match_at(self.text, at, prev_token) {
@@ -394,18 +498,63 @@ mod tests {
             proptest::prop_assert!((0..=u8::MAX).all(|b| set.contains(b) == bytes.contains(&b)));
         }
 
-        /// The `memchr` search for start bytes finds what a scan of every byte finds.
+        /// The search for starts (a common id prefix, first bytes, the key markers' common
+        /// beginning) splits a text exactly as trying every position does.
         #[test]
-        fn searching_for_start_bytes_finds_what_a_full_scan_finds(
-            text in "[ca1.b:-P aiopsrunelé\"]{0,60}",
+        fn searching_for_starts_finds_what_trying_every_position_finds(
+            text in "[ca1.b:-P aiopsrunelé\"]{0,60}|[cal1l:aiops_-]{0,80}",
+            ids in proptest::sample::select(vec![
+                vec!["c-1", "c-1.b"],
+                vec!["call-1", "call-12", "ca"],
+                vec!["c-1", "a.b", "1", "p:"],
+                vec!["é1", "é2"],
+                vec![],
+            ]),
         ) {
-            let fast = RunIdentifiers::new(["c-1", "c-1.b"], "aiops");
-            proptest::prop_assert!(fast.few_starts.is_some());
-            let slow = RunIdentifiers { few_starts: None, ..fast.clone() };
+            let fast = RunIdentifiers::new(ids, "aiops");
+            let slow = RunIdentifiers { starts: Starts::Everywhere, ..fast.clone() };
             let a: Vec<_> = fast.pieces(&text).collect();
             let b: Vec<_> = slow.pieces(&text).collect();
             proptest::prop_assert_eq!(a, b);
         }
+    }
+
+    #[test]
+    fn ids_with_a_common_beginning_are_searched_for_by_it() {
+        let starts = |ids: &[&str]| RunIdentifiers::new(ids.iter().copied(), "aiops").starts;
+        let Starts::Search { marker, ids } = starts(&["call_a1", "call_b2"]) else {
+            panic!("a search");
+        };
+        assert_eq!(marker.needle(), b"aiops:r");
+        assert!(matches!(ids, IdStarts::Prefix(p) if p.needle() == b"call_"));
+        assert!(
+            matches!(starts(&["a1", "b2"]), Starts::Search { ids: IdStarts::Bytes(b), .. } if b == b"ab")
+        );
+        assert!(matches!(
+            starts(&["a", "b", "c", "d"]),
+            Starts::Search {
+                ids: IdStarts::ByteSet,
+                ..
+            }
+        ));
+        assert!(matches!(
+            starts(&[]),
+            Starts::Search {
+                ids: IdStarts::None,
+                ..
+            }
+        ));
+    }
+
+    /// Many near-misses of one kind do not make the other kind's search start over: a
+    /// megabyte of `call_x ` with one key at the end is split in one pass of each search.
+    #[test]
+    fn near_misses_do_not_rescan_the_text() {
+        let ids = RunIdentifiers::new(["call_abc"], "aiops");
+        let text = "call_x ".repeat(150_000) + "aiops:run:{r}";
+        let pieces: Vec<_> = ids.pieces(&text).collect();
+        assert_eq!(pieces.len(), 2);
+        assert_eq!(pieces[1], Piece::RedisKey("aiops:run:{r}"));
     }
 
     #[test]
