@@ -347,8 +347,10 @@ impl Audit {
         let mut head = json::to_string_sized(self, 1024).unwrap_or_else(|_| "{}".into());
         head.pop(); // the closing brace; the record always has keys, so a tail follows ","
         let tail = |end: &AuditEnd| {
-            let json = json::to_string(end).unwrap_or_else(|_| "{}".into());
-            format!(",{}", &json[1..])
+            // The end's object without its opening brace, after a comma.
+            let mut json = json::to_string(end).unwrap_or_else(|_| "{}".into());
+            json.replace_range(..1, ",");
+            json
         };
         AuditJson {
             head,

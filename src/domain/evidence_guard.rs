@@ -264,18 +264,19 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
         *id_counts.entry(analysis.id.as_str()).or_default() += 1;
     }
     for (i, analysis) in draft.analyses.iter().enumerate() {
-        let at = format!("analyses[{i}]");
+        // Written only for a violation.
+        let at = || format!("analyses[{i}]");
         if analysis.id.trim().is_empty() {
             push(
                 Rule::AnalysisIdBlank,
-                at.clone(),
+                at(),
                 None,
                 "the analysis id is blank".into(),
             );
         } else if id_counts[analysis.id.as_str()] > 1 {
             push(
                 Rule::AnalysisIdDuplicate,
-                at.clone(),
+                at(),
                 None,
                 format!("analysis id {:?} is used more than once", analysis.id),
             );
@@ -283,7 +284,7 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
         if let AnalysisKind::Unsupported(kind) = &analysis.kind {
             push(
                 Rule::AnalysisKindUnsupported,
-                at.clone(),
+                at(),
                 None,
                 format!("kind {kind:?} is neither NORMAL nor NEGATIVE_OBSERVATION"),
             );
@@ -291,7 +292,7 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
         if analysis.text.trim().is_empty() {
             push(
                 Rule::AnalysisTextBlank,
-                at.clone(),
+                at(),
                 None,
                 "the analysis text is blank".into(),
             );
@@ -299,20 +300,20 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
         if analysis.tool_call_ids.is_empty() {
             push(
                 Rule::AnalysisWithoutCalls,
-                at.clone(),
+                at(),
                 None,
                 "the analysis cites no tool call".into(),
             );
         }
         for call_id in &analysis.tool_call_ids {
             match run.lookup(call_id) {
-                Err(rejection) => push(rejection.rule, at.clone(), Some(call_id), rejection.detail),
+                Err(rejection) => push(rejection.rule, at(), Some(call_id), rejection.detail),
                 Ok(call) => {
                     let unsupported_kind = matches!(analysis.kind, AnalysisKind::Unsupported(_));
                     if !unsupported_kind && !kind_fits(&analysis.kind, call.evidence_status) {
                         push(
                             Rule::KindEvidenceMismatch,
-                            at.clone(),
+                            at(),
                             Some(call_id),
                             format!(
                                 "a {} analysis cites a {} call",

@@ -211,8 +211,8 @@ impl RunIdentifiers {
             first_bytes.insert(id.as_bytes()[0]);
         }
         let key_markers = [
-            format!("{key_prefix}:run:"),
-            format!("{key_prefix}:release:"),
+            [key_prefix, ":run:"].concat(),
+            [key_prefix, ":release:"].concat(),
         ];
         let marker = memmem::Finder::new(common_prefix(key_markers.iter().map(|m| m.as_bytes())))
             .into_owned();

@@ -104,16 +104,20 @@ fn write_escaped<W: ?Sized + io::Write>(
     let mut start = 0;
     let mut i = 0;
     while i < bytes.len() {
-        // Most bytes are written as they are: skip eight at a time while none of them can
-        // be special, then one lookup each up to the next special byte.
+        // Most bytes are written as they are: eight at a time up to the first special
+        // byte, which the word test points at; the last few bytes one lookup each.
         while let Some(chunk) = bytes.get(i..i + 8) {
-            if chunk_may_be_special(chunk, strip) {
+            let special = special_bytes(chunk, strip);
+            if special != 0 {
+                i += (special.trailing_zeros() / 8) as usize;
                 break;
             }
             i += 8;
         }
-        while i < bytes.len() && !special[bytes[i] as usize] {
-            i += 1;
+        if bytes.len() - i < 8 {
+            while i < bytes.len() && !special[bytes[i] as usize] {
+                i += 1;
+            }
         }
         if i == bytes.len() {
             break;
@@ -160,22 +164,22 @@ fn write_escape<W: ?Sized + io::Write>(
     }
 }
 
-/// Whether one of the eight bytes of `chunk` may need a closer look: a control byte, `"`,
-/// `\\`, or (when stripping invisible controls) any byte of a non-ASCII character. Exact for
-/// the first three (the classic "has a byte less than / equal to" word tests), conservative
-/// for the last; a `true` only sends the chunk through the byte-by-byte loop.
-fn chunk_may_be_special(chunk: &[u8], strip: bool) -> bool {
+/// The high bit of each of the eight bytes of `chunk` that needs a closer look: a control
+/// byte, `"`, `\\`, or (when stripping invisible controls) any byte of a non-ASCII
+/// character. The classic "has a byte less than / equal to" word tests can also flag a
+/// byte above a flagged one, never one below: the lowest flag is always a special byte.
+fn special_bytes(chunk: &[u8], strip: bool) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut word = [0u8; 8];
     word.copy_from_slice(chunk);
     let v = u64::from_le_bytes(word);
-    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH != 0;
-    let control = v.wrapping_sub(ONES * 0x20) & !v & HIGH != 0;
-    control
-        || has_zero(v ^ (ONES * u64::from(b'"')))
-        || has_zero(v ^ (ONES * u64::from(b'\\')))
-        || (strip && v & HIGH != 0)
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x;
+    let control = v.wrapping_sub(ONES * 0x20) & !v;
+    let quote = zero(v ^ (ONES * u64::from(b'"')));
+    let backslash = zero(v ^ (ONES * u64::from(b'\\')));
+    let non_ascii = if strip { v } else { 0 };
+    (control | quote | backslash | non_ascii) & HIGH
 }
 
 /// Appends `text` as a whole JSON string (quotes included).

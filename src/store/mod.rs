@@ -240,7 +240,7 @@ fn count_bad_records(loaded: &LoadedRecords) {
 
 /// Ids that can name a record: blank and over-long ids never reach the store.
 fn lookup_ids<'a>(ids: impl Iterator<Item = &'a String>) -> Vec<String> {
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = foldhash::HashSet::default();
     ids.filter(|id| !id.trim().is_empty() && id.len() <= MAX_CALL_ID_BYTES)
         .filter(|id| seen.insert(id.as_str()))
         .cloned()
