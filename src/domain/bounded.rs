@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::identifiers::{Piece, RunIdentifiers};
+use super::json;
 use super::scope::Scope;
 
 /// The end of every string that was cut.
@@ -202,6 +203,10 @@ impl<'a> Redactor<'a> {
     /// its escaped form within `max_string_bytes`.
     fn text_unchanged(&self, text: &str) -> bool {
         let max = self.limits.max_string_bytes;
+        // Most texts escape nothing: their escaped length is their length.
+        if text.len() <= max && json::escapes_nothing(text.as_bytes()) {
+            return self.ids.first_in(text).is_none();
+        }
         let mut bytes = 0usize;
         for b in text.bytes() {
             // Per byte as serde_json escapes it; a multi-byte character counts its bytes.
@@ -299,9 +304,8 @@ impl<'a> Redactor<'a> {
             // it fits.
             if shown.len() <= max_bytes - bytes
                 && shown.len() <= max_chars.saturating_sub(chars)
-                && shown
-                    .bytes()
-                    .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+                && shown.is_ascii()
+                && json::escapes_nothing(shown.as_bytes())
             {
                 out.push_str(shown);
                 bytes += shown.len();

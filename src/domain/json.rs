@@ -29,6 +29,38 @@ pub fn to_string_sized<T: Serialize + ?Sized>(
     String::from_utf8(out).map_err(|_| serde::ser::Error::custom("the JSON text is not UTF-8"))
 }
 
+/// The high bit of each of the eight bytes of `chunk` that needs a closer look: a control
+/// byte, `"`, `\\`, or (when stripping invisible controls) any byte of a non-ASCII
+/// character. The classic "has a byte less than / equal to" word tests can also flag a
+/// byte above a flagged one, never one below: the lowest flag is always a special byte.
+pub fn special_bytes(chunk: &[u8], strip: bool) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut word = [0u8; 8];
+    word.copy_from_slice(chunk);
+    let v = u64::from_le_bytes(word);
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x;
+    let control = v.wrapping_sub(ONES * 0x20) & !v;
+    let quote = zero(v ^ (ONES * u64::from(b'"')));
+    let backslash = zero(v ^ (ONES * u64::from(b'\\')));
+    let non_ascii = if strip { v } else { 0 };
+    (control | quote | backslash | non_ascii) & HIGH
+}
+
+/// Whether `text` is written in a JSON string as it is: no control byte, `"` or `\\`
+/// (eight bytes at a time). Its escaped length is then its length.
+pub fn escapes_nothing(text: &[u8]) -> bool {
+    let mut chunks = text.chunks_exact(8);
+    let words = chunks
+        .by_ref()
+        .all(|chunk| special_bytes(chunk, false) == 0);
+    words
+        && chunks
+            .remainder()
+            .iter()
+            .all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -80,6 +112,16 @@ pub(crate) mod tests {
     }
 
     proptest! {
+        /// The word test agrees with serde_json: a text escapes nothing exactly when its
+        /// JSON string is the text in quotes.
+        #[test]
+        fn a_text_escapes_nothing_when_its_json_is_itself(
+            text in "[a-z \"\\\\\n\u{1}\u{1f}\u{7f}é😀]{0,40}",
+        ) {
+            let json = serde_json::to_string(&text).unwrap();
+            prop_assert_eq!(escapes_nothing(text.as_bytes()), json.len() == text.len() + 2);
+        }
+
         #[test]
         fn writes_what_serde_json_writes(value in json_value(), capacity in 0usize..64) {
             prop_assert_eq!(

@@ -8,6 +8,8 @@
 
 use std::io;
 
+use crate::domain::json;
+
 /// How each byte is written inside a JSON string: 0 = as it is, `u` = `\u00XX`, otherwise
 /// a backslash and this letter. Bytes ≥ 0x80 (UTF-8 sequences) are written as they are.
 static ESCAPE: [u8; 256] = {
@@ -107,7 +109,7 @@ fn write_escaped<W: ?Sized + io::Write>(
         // Most bytes are written as they are: eight at a time up to the first special
         // byte, which the word test points at; the last few bytes one lookup each.
         while let Some(chunk) = bytes.get(i..i + 8) {
-            let special = special_bytes(chunk, strip);
+            let special = json::special_bytes(chunk, strip);
             if special != 0 {
                 i += (special.trailing_zeros() / 8) as usize;
                 break;
@@ -162,24 +164,6 @@ fn write_escape<W: ?Sized + io::Write>(
         (Depth::Twice, b'\\') => out.write_all(b"\\\\\\\\"),
         (Depth::Twice, _) => out.write_all(&[b'\\', b'\\', escape]),
     }
-}
-
-/// The high bit of each of the eight bytes of `chunk` that needs a closer look: a control
-/// byte, `"`, `\\`, or (when stripping invisible controls) any byte of a non-ASCII
-/// character. The classic "has a byte less than / equal to" word tests can also flag a
-/// byte above a flagged one, never one below: the lowest flag is always a special byte.
-fn special_bytes(chunk: &[u8], strip: bool) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let mut word = [0u8; 8];
-    word.copy_from_slice(chunk);
-    let v = u64::from_le_bytes(word);
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x;
-    let control = v.wrapping_sub(ONES * 0x20) & !v;
-    let quote = zero(v ^ (ONES * u64::from(b'"')));
-    let backslash = zero(v ^ (ONES * u64::from(b'\\')));
-    let non_ascii = if strip { v } else { 0 };
-    (control | quote | backslash | non_ascii) & HIGH
 }
 
 /// Appends `text` as a whole JSON string (quotes included).
