@@ -54,11 +54,11 @@ pub fn escapes_nothing(text: &[u8]) -> bool {
     let words = chunks
         .by_ref()
         .all(|chunk| special_bytes(chunk, false) == 0);
-    words
-        && chunks
-            .remainder()
-            .iter()
-            .all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
+    // The last few bytes, padded with spaces (which escape nothing) to a word.
+    let mut last = [b' '; 8];
+    let rest = chunks.remainder();
+    last[..rest.len()].copy_from_slice(rest);
+    words && special_bytes(&last, false) == 0
 }
 
 #[cfg(test)]

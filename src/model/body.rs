@@ -272,27 +272,6 @@ mod tests {
         assert_eq!(escaped("a\u{200B}b", false), "a\u{200B}b");
     }
 
-    /// JSON values with keys and strings of any characters (controls, quotes, backslashes,
-    /// invisible controls), numbers of every kind, nested three deep.
-    fn json_value() -> impl Strategy<Value = serde_json::Value> {
-        use serde_json::Value;
-        let text = "[\"\\\\/\n\t\u{1}\u{1f}\u{7f}\u{200B}\u{FEFF}é😀a-z ]{0,12}";
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(Value::from),
-            any::<f64>().prop_map(Value::from),
-            text.prop_map(Value::String),
-        ];
-        leaf.prop_recursive(3, 24, 4, move |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                prop::collection::vec((text, inner), 0..4)
-                    .prop_map(|entries| Value::Object(entries.into_iter().collect())),
-            ]
-        })
-    }
-
     proptest! {
         #[test]
         fn escaped_text_reads_back_as_the_text(text in any::<String>()) {
@@ -309,7 +288,7 @@ mod tests {
         /// One pass writes what serializing and then escaping the JSON text writes.
         #[test]
         fn a_value_in_a_string_is_its_json_escaped(
-            value in json_value(),
+            value in crate::domain::json::tests::json_value(),
             strip in any::<bool>(),
         ) {
             let mut one_pass = Vec::new();
