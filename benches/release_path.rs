@@ -17,7 +17,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -118,7 +117,7 @@ fn record(call: &str, tool: &str, found: bool, projection: Value) -> RawRecord {
 /// The Draft and its run: every fifth analysis is a NEGATIVE_OBSERVATION over two
 /// NO_EVIDENCE calls; the others are NORMAL over EVIDENCE_FOUND calls.
 fn fixture() -> (Draft, RunEvidence) {
-    let mut records = HashMap::new();
+    let mut records = foldhash::HashMap::default();
     let mut calls = Vec::new();
     let mut analyses = Vec::new();
     for a in 0..ANALYSES {

@@ -812,7 +812,7 @@ prop_compose! {
         reason_hex in "[0-9a-f]{12}",
     ) -> Scenario {
         let run_id = format!("r-{run_hex}");
-        let mut records = HashMap::new();
+        let mut records = foldhash::HashMap::default();
         // (sort key, id): the calls list interleaves cited and uncited calls pseudo-randomly.
         let mut calls: Vec<(String, String)> = Vec::new();
         let mut found_ids = Vec::new();
@@ -996,7 +996,7 @@ fn generated_records_are_canonical() {
             let evidence = RunEvidence {
                 run_id: "r-1".into(),
                 calls: vec!["c-1".into()],
-                records: HashMap::from([("c-1".to_string(), rec)]),
+                records: [("c-1".to_string(), rec)].into_iter().collect(),
                 ..RunEvidence::default()
             };
             let run = evidence.resolve(&[]);

@@ -286,7 +286,8 @@ impl<'a> Redactor<'a> {
     /// Masks `text`, keeps at most `max_chars` characters and `max_string_bytes` escaped
     /// bytes of the masked text, and marks a cut with [`TRUNCATED`].
     fn cut(&self, text: &str, max_chars: usize) -> (String, bool) {
-        let mut out = String::new();
+        // Sized for the copy of an unmasked, uncut text: it grows only for a longer mask.
+        let mut out = String::with_capacity(text.len().min(self.limits.max_string_bytes));
         let cut = self.cut_into(&mut out, text, max_chars);
         (out, cut)
     }

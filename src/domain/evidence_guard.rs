@@ -5,7 +5,7 @@
 //! violations, each with a [`Rule`]) and [`review_references`] (the no-conclusion path:
 //! cited calls that are not usable are excluded, never errors).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use foldhash::HashSet;
 
@@ -133,10 +133,10 @@ pub struct RunEvidence {
     /// `P:run:{RUN}:calls`, in the order the calls started.
     pub calls: Vec<String>,
     /// Records by call id (the calls list and every id the Draft cites); absent = no record.
-    pub records: HashMap<String, RawRecord>,
+    pub records: foldhash::HashMap<String, RawRecord>,
     /// Records the store found but could not read as fields (wrong Redis type, not UTF-8,
     /// over a size limit): each is an unusable call with its rule.
-    pub unreadable: HashMap<String, CallRejection>,
+    pub unreadable: foldhash::HashMap<String, CallRejection>,
     /// The calls list itself is unusable (not a LIST): every call of the run is unusable.
     pub calls_unreadable: Option<CallRejection>,
     /// Bytes of record fields loaded so far (bounded by `evidence.max_release_bytes`).
@@ -333,29 +333,21 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
         .map(|a| a.id.as_str())
         .filter(|id| !id.trim().is_empty())
         .collect();
-    let mut sections: Vec<(String, &str, &[String])> = Vec::new();
-    if let Some(conclusion) = &draft.conclusion {
-        sections.push((
-            "conclusion".into(),
-            &conclusion.text,
-            &conclusion.analysis_refs,
-        ));
-    }
-    for (i, item) in draft.action_plan.iter().enumerate() {
-        sections.push((format!("action_plan[{i}]"), &item.text, &item.analysis_refs));
-    }
-    for (i, item) in draft.recommendations.iter().enumerate() {
-        sections.push((
-            format!("recommendations[{i}]"),
-            &item.text,
-            &item.analysis_refs,
-        ));
-    }
-    for (at, text, refs) in sections {
+    // The section's path is written only for a violation.
+    let conclusion = draft
+        .conclusion
+        .iter()
+        .map(|c| (Section::Conclusion, &c.text, &c.analysis_refs));
+    let plan = draft.action_plan.iter().enumerate();
+    let plan = plan.map(|(i, item)| (Section::ActionPlan(i), &item.text, &item.analysis_refs));
+    let recommendations = draft.recommendations.iter().enumerate();
+    let recommendations = recommendations
+        .map(|(i, item)| (Section::Recommendation(i), &item.text, &item.analysis_refs));
+    for (section, text, refs) in conclusion.chain(plan).chain(recommendations) {
         if text.trim().is_empty() {
             push(
                 Rule::ReportTextBlank,
-                at.clone(),
+                section.path(),
                 None,
                 "the text is blank".into(),
             );
@@ -363,7 +355,7 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
         if refs.is_empty() {
             push(
                 Rule::ReferenceEmpty,
-                at.clone(),
+                section.path(),
                 None,
                 "it references no analysis".into(),
             );
@@ -372,7 +364,7 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
             if !known.contains(reference.as_str()) {
                 push(
                     Rule::ReferenceUnknown,
-                    at.clone(),
+                    section.path(),
                     None,
                     format!("it references unknown analysis {reference:?}"),
                 );
@@ -384,6 +376,25 @@ pub fn check_concluded(draft: &Draft, run: &ResolvedRun) -> Result<(), Vec<Viola
         Ok(())
     } else {
         Err(violations)
+    }
+}
+
+/// A section of the report that references analyses.
+#[derive(Clone, Copy)]
+enum Section {
+    Conclusion,
+    ActionPlan(usize),
+    Recommendation(usize),
+}
+
+impl Section {
+    /// Its path in the Draft, as a violation names it (e.g. `action_plan[0]`).
+    fn path(self) -> String {
+        match self {
+            Section::Conclusion => "conclusion".into(),
+            Section::ActionPlan(i) => format!("action_plan[{i}]"),
+            Section::Recommendation(i) => format!("recommendations[{i}]"),
+        }
     }
 }
 
@@ -436,7 +447,7 @@ pub(crate) mod tests {
 
     /// A run "r" with a found log call, a no-evidence mysql call and a found rag call.
     pub(crate) fn run_evidence() -> RunEvidence {
-        let mut records = HashMap::new();
+        let mut records = foldhash::HashMap::default();
         records.insert("c-log".to_string(), log_found("r", "c-log"));
         records.insert("c-sql".to_string(), mysql_none("r", "c-sql"));
         records.insert("c-rag".to_string(), rag_found("r", "c-rag"));

@@ -464,9 +464,29 @@ pub fn draft_names_identifier(draft: &Draft, ids: &RunIdentifiers) -> Vec<Violat
     violations
 }
 
+/// `value` as 32 lowercase hex digits (what `format!("{value:032x}")` writes), appended to
+/// `out`: how the harness writes its random nonces and lock tokens.
+pub fn push_hex(out: &mut String, value: u128) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.extend(
+        (0..32)
+            .rev()
+            .map(|i| DIGITS[(value >> (i * 4)) as usize & 0xf] as char),
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn hex_is_what_format_writes(value: u128) {
+            let mut out = String::from("x/");
+            push_hex(&mut out, value);
+            proptest::prop_assert_eq!(out, format!("x/{value:032x}"));
+        }
+    }
     use crate::domain::evidence_guard::tests::{good_draft, run_evidence};
 
     fn ids() -> RunIdentifiers {

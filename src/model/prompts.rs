@@ -205,7 +205,9 @@ pub fn strip_invisible(text: &str) -> String {
 
 /// A fresh random nonce per request: 128 bits, hex.
 pub fn new_nonce() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    let mut nonce = String::with_capacity(32);
+    crate::domain::identifiers::push_hex(&mut nonce, rand::random());
+    nonce
 }
 
 /// The `response_format` member's JSON for `mode` (none for `StructuredOutput::None`).

@@ -9,7 +9,6 @@ pub mod agent_records;
 mod memory;
 mod redis;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 pub use self::memory::MemoryStore;
@@ -26,7 +25,11 @@ pub fn lock_holder(token: &str) -> Option<&str> {
 /// A fresh lock token for a release on `replica`: only its holder may renew or free the
 /// lock, and it says which replica holds the run.
 pub fn new_lock_token(replica: &str) -> String {
-    format!("{replica}/{:032x}", rand::random::<u128>())
+    let mut token = String::with_capacity(replica.len() + 33);
+    token.push_str(replica);
+    token.push('/');
+    crate::domain::identifiers::push_hex(&mut token, rand::random());
+    token
 }
 
 use crate::domain::evidence_guard::{Rule, RunEvidence};
@@ -189,8 +192,8 @@ pub enum CallsList {
 /// their rule, and the bytes loaded.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoadedRecords {
-    pub records: HashMap<String, RawRecord>,
-    pub unreadable: HashMap<String, CallRejection>,
+    pub records: foldhash::HashMap<String, RawRecord>,
+    pub unreadable: foldhash::HashMap<String, CallRejection>,
     pub bytes: u64,
 }
 
