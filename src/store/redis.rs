@@ -11,6 +11,7 @@
 //! a classic PUBLISH reaches every node of a cluster.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -570,7 +571,7 @@ impl RedisStore {
         let answer: Vec<u8> = invoke(script, &cmd, &mut conn)
             .await
             .map_err(failed("load_records"))?;
-        let mut items = Items { bytes: &answer };
+        let mut items = Items::new(&answer);
         read_records(&mut items, max_record_bytes)
             .and_then(|loaded| items.end().map(|()| loaded))
             .map_err(|what| {
@@ -831,51 +832,108 @@ impl RedisStore {
 
 /// The items of a record-reading script's answer: `LEN:BYTES`, or `-` for nil.
 struct Items<'a> {
-    bytes: &'a [u8],
+    answer: &'a [u8],
+    /// The whole answer as text, when it is UTF-8 (nearly always): every item is then text
+    /// too, and is taken from it without checking its bytes again. An item sits between
+    /// ASCII (the `:` before it, the next item's length or `-`, or the end), so it begins
+    /// and ends on character boundaries of a UTF-8 answer.
+    text: Option<&'a str>,
+    /// Where the next item starts.
+    at: usize,
 }
 
 impl<'a> Items<'a> {
-    /// The next item (None for nil), or `what` if the answer ends or is malformed here.
-    fn next(&mut self, what: &'static str) -> Result<Option<&'a [u8]>, &'static str> {
-        if let Some(rest) = self.bytes.strip_prefix(b"-") {
-            self.bytes = rest;
+    fn new(answer: &'a [u8]) -> Items<'a> {
+        Items {
+            answer,
+            text: std::str::from_utf8(answer).ok(),
+            at: 0,
+        }
+    }
+
+    /// Where the next item is in the answer (None for nil), or `what` if the answer ends
+    /// or is malformed here.
+    fn next_range(&mut self, what: &'static str) -> Result<Option<Range<usize>>, &'static str> {
+        let rest = &self.answer[self.at..];
+        if rest.first() == Some(&b'-') {
+            self.at += 1;
             return Ok(None);
         }
-        let colon = self.bytes.iter().position(|&b| b == b':').ok_or(what)?;
-        let len: usize = std::str::from_utf8(&self.bytes[..colon])
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .ok_or(what)?;
-        let rest = &self.bytes[colon + 1..];
-        if rest.len() < len {
+        let colon = memchr::memchr(b':', rest).ok_or(what)?;
+        let len = decimal(&rest[..colon]).ok_or(what)?;
+        let start = self.at + colon + 1;
+        let end = start.checked_add(len).ok_or(what)?;
+        if end > self.answer.len() {
             return Err(what);
         }
-        let (item, rest) = rest.split_at(len);
-        self.bytes = rest;
+        self.at = end;
+        Ok(Some(start..end))
+    }
+
+    /// The next item (None for nil), or `what` if the answer ends or is malformed here.
+    fn next(&mut self, what: &'static str) -> Result<Option<Item<'a>>, &'static str> {
+        let Some(range) = self.next_range(what)? else {
+            return Ok(None);
+        };
+        let item = match self.text.and_then(|text| text.get(range.clone())) {
+            Some(text) => Item::Text(text),
+            None => Item::Bytes(&self.answer[range]),
+        };
         Ok(Some(item))
     }
 
     /// The next item, which must be there.
-    fn item(&mut self, what: &'static str) -> Result<&'a [u8], &'static str> {
+    fn item(&mut self, what: &'static str) -> Result<Item<'a>, &'static str> {
         self.next(what)?.ok_or(what)
     }
 
     fn text(&mut self, what: &'static str) -> Result<&'a str, &'static str> {
-        std::str::from_utf8(self.item(what)?).map_err(|_| what)
+        self.item(what)?.text().ok_or(what)
     }
 
     fn number(&mut self, what: &'static str) -> Result<u64, &'static str> {
-        self.text(what)?.parse().map_err(|_| what)
+        let range = self.next_range(what)?.ok_or(what)?;
+        decimal(&self.answer[range])
+            .and_then(|n| u64::try_from(n).ok())
+            .ok_or(what)
     }
 
     /// Nothing may follow the last item.
     fn end(&self) -> Result<(), &'static str> {
-        if self.bytes.is_empty() {
+        if self.at == self.answer.len() {
             Ok(())
         } else {
             Err("trailing bytes")
         }
     }
+}
+
+/// An item of an answer: text, or bytes that are not UTF-8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Item<'a> {
+    Text(&'a str),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> Item<'a> {
+    /// The item as text, if it is UTF-8.
+    fn text(self) -> Option<&'a str> {
+        match self {
+            Item::Text(text) => Some(text),
+            Item::Bytes(bytes) => std::str::from_utf8(bytes).ok(),
+        }
+    }
+}
+
+/// `digits` as a number: one or more ASCII digits, nothing else, no overflow.
+fn decimal(digits: &[u8]) -> Option<usize> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0usize, |n, &d| {
+        let digit = d.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(usize::from(digit))
+    })
 }
 
 /// `EVALSHA` of `script` with `keys` keys, which follow with `.arg`, then the arguments:
@@ -917,7 +975,7 @@ fn read_load(
     answer: &[u8],
     max_record_bytes: u64,
 ) -> Result<(bool, CallsList, LoadedRecords), &'static str> {
-    let mut items = Items { bytes: answer };
+    let mut items = Items::new(answer);
     let marker = items.text("marker")? == "1";
     let calls = match items.text("calls answer")? {
         "ok" => {
@@ -926,7 +984,7 @@ fn read_load(
             for _ in 0..n {
                 // Over-long ids come as "", ids that are not UTF-8 are left out: neither
                 // can name a record.
-                if let Ok(id) = std::str::from_utf8(items.item("call id")?) {
+                if let Some(id) = items.item("call id")?.text() {
                     if !id.is_empty() {
                         ids.push(id.to_string());
                     }
@@ -967,9 +1025,9 @@ fn read_records(
                 let mut not_utf8 = None;
                 for (index, field) in RECORD_FIELDS.into_iter().enumerate() {
                     if let Some(value) = items.next("record field")? {
-                        match std::str::from_utf8(value) {
-                            Ok(text) => record.set(index, text.to_string()),
-                            Err(_) => {
+                        match value.text() {
+                            Some(text) => record.set(index, text.to_string()),
+                            None => {
                                 not_utf8.get_or_insert(field);
                             }
                         }
@@ -1014,6 +1072,99 @@ impl CancelSubscription {
                 Ok(run) => return Some(run),
                 Err(_) => continue,
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Items as a script writes them: `LEN:BYTES`, or `-` for `None`.
+    fn answer(items: &[Option<&[u8]>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for item in items {
+            match item {
+                Some(bytes) => {
+                    out.extend_from_slice(format!("{}:", bytes.len()).as_bytes());
+                    out.extend_from_slice(bytes);
+                }
+                None => out.push(b'-'),
+            }
+        }
+        out
+    }
+
+    /// One record's items: its id, `ok`, its size and the seven fields, `-` for the last.
+    fn record_items<'a>(id: &'a [u8], field: &'a [u8]) -> Vec<Option<&'a [u8]>> {
+        let mut items = vec![Some(id), Some(&b"ok"[..]), Some(&b"10"[..])];
+        items.extend(std::iter::repeat_n(Some(field), RECORD_FIELDS.len() - 1));
+        items.push(None);
+        items
+    }
+
+    fn read(items: &[Option<&[u8]>]) -> Result<LoadedRecords, &'static str> {
+        let bytes = answer(items);
+        let mut items = Items::new(&bytes);
+        let loaded = read_records(&mut items, 1 << 20)?;
+        items.end().map(|()| loaded)
+    }
+
+    #[test]
+    fn characters_at_the_edges_of_items_are_read_whole() {
+        let mut items = vec![Some(&b"2"[..])];
+        items.extend(record_items("é-1".as_bytes(), "é mid €".as_bytes()));
+        items.extend(record_items(b"c-2", "€".as_bytes()));
+        let loaded = read(&items).unwrap();
+        assert!(loaded.unreadable.is_empty());
+        assert_eq!(loaded.records["é-1"].get("run_id"), Some("é mid €"));
+        assert_eq!(loaded.records["é-1"].get("finished_at"), None);
+        assert_eq!(loaded.records["c-2"].get("agent_result"), Some("€"));
+        assert_eq!(loaded.bytes, 20);
+    }
+
+    #[test]
+    fn a_record_that_is_not_utf8_is_unreadable_and_the_others_are_read() {
+        let euro = "€".as_bytes();
+        for bad in [&b"\xff"[..], &euro[..1], &euro[1..]] {
+            let mut items = vec![Some(&b"2"[..])];
+            items.extend(record_items(b"c-bin", bad));
+            items.extend(record_items(b"c-ok", b"text"));
+            let loaded = read(&items).unwrap();
+            assert_eq!(
+                loaded.unreadable["c-bin"].rule,
+                Rule::RecordNotUtf8,
+                "{bad:?}"
+            );
+            assert_eq!(loaded.records["c-ok"].get("tool_name"), Some("text"));
+            assert!(!loaded.records.contains_key("c-bin"));
+        }
+        // A character split over two items is not UTF-8 in either.
+        let mut items = vec![Some(&b"1"[..]), Some(&b"c-split"[..])];
+        items.extend([Some(&b"ok"[..]), Some(&b"3"[..]), Some(&euro[..2])]);
+        items.push(Some(&euro[2..]));
+        items.extend(std::iter::repeat_n(None, RECORD_FIELDS.len() - 2));
+        let loaded = read(&items).unwrap();
+        assert_eq!(loaded.unreadable["c-split"].rule, Rule::RecordNotUtf8);
+    }
+
+    #[test]
+    fn a_malformed_answer_is_an_error() {
+        let good = answer(&[Some(&b"0"[..])]);
+        assert_eq!(good, b"1:0");
+        for bad in [
+            &b""[..],
+            b"x:0",
+            b":0",
+            b"+1:0",
+            b"2:0",
+            b"1:0trailing",
+            b"1:1",
+            b"99999999999999999999999:0",
+        ] {
+            let mut items = Items::new(bad);
+            let read = read_records(&mut items, 1 << 20).and_then(|_| items.end());
+            assert!(read.is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
     }
 }
