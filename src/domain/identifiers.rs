@@ -478,15 +478,6 @@ pub fn push_hex(out: &mut String, value: u128) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    proptest::proptest! {
-        #[test]
-        fn hex_is_what_format_writes(value: u128) {
-            let mut out = String::from("x/");
-            push_hex(&mut out, value);
-            proptest::prop_assert_eq!(out, format!("x/{value:032x}"));
-        }
-    }
     use crate::domain::evidence_guard::tests::{good_draft, run_evidence};
 
     fn ids() -> RunIdentifiers {
@@ -498,6 +489,13 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn hex_is_what_format_writes(value: u128) {
+            let mut out = String::from("x/");
+            push_hex(&mut out, value);
+            proptest::prop_assert_eq!(out, format!("x/{value:032x}"));
+        }
+
         /// A byte set holds exactly the bytes put in it, listed in order.
         #[test]
         fn a_byte_set_lists_its_bytes(bytes in proptest::collection::btree_set(proptest::num::u8::ANY, 0..20)) {
