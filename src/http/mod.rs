@@ -181,9 +181,12 @@ impl Application {
                 .app_data(state.clone())
                 .app_data(web::Data::new(WorkerRegistry(registry)))
                 .wrap_fn(|request, service| {
-                    let route = route_label(request.match_pattern().as_deref());
-                    service.call(request).map(move |response| {
+                    service.call(request).map(|response| {
                         if let Ok(r) = &response {
+                            // Read once routed: the matched resource's pattern is then
+                            // found by its index, not by matching the path again (a regex
+                            // per request before routing).
+                            let route = route_label(r.request().match_pattern().as_deref());
                             telemetry::http_request(route, r.status().as_u16());
                         }
                         response

@@ -145,6 +145,15 @@ async fn metrics_describe_and_count_releases() {
     let other = unique_run("metrics-bad");
     app.seed(&standard_invocations(&other)).await;
     app.post_release(&other, &release_body(bad)).await;
+    let unknown = app.client.get(app.url("/v2/nothing")).send().await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    let wrong_method = app
+        .client
+        .delete(app.url(&format!("/v1/runs/{run}/release")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_method.status(), 405);
 
     let response = app.client.get(app.url("/metrics")).send().await.unwrap();
     assert!(response.headers()["content-type"]
@@ -173,6 +182,16 @@ async fn metrics_describe_and_count_releases() {
         text.contains("harness_release_duration_seconds_bucket{outcome=\"SUCCESS\",le=\"5\"}"),
         "a bucket at the total timeout"
     );
+    // Each request is counted under its route's pattern, never under its raw path.
+    assert!(
+        value("harness_http_requests_total{route=\"/v1/runs/{run_id}/release\",status=\"200\"}")
+            >= 2.0
+    );
+    assert!(
+        value("harness_http_requests_total{route=\"/v1/runs/{run_id}/release\",status=\"405\"}")
+            >= 1.0
+    );
+    assert!(value("harness_http_requests_total{route=\"unmatched\",status=\"404\"}") >= 1.0);
     assert!(text.contains("harness_overhead_seconds_bucket"));
     assert!(text.contains("harness_model_call_duration_seconds_bucket{role=\"semantic\""));
     for name in [
