@@ -45,6 +45,25 @@ start_redis() {
   export REDIS_PORT REDIS_PIDFILE REDIS_URL
 }
 
+# pin_cores: with PIN=1, HARNESS_PIN and LOAD_PIN are command prefixes that keep the
+# harness on core 0 and everything else (Redis, the fake model, the load) on the other
+# cores, the way issue 11 measured latency: the harness's figures are then its own, not
+# those of the load sharing its core. Without PIN both are empty. Pins the running private
+# Redis (all its threads) too.
+pin_cores() {
+  HARNESS_PIN=()
+  LOAD_PIN=()
+  [ -n "${PIN:-}" ] || return 0
+  local cores
+  cores=$(nproc)
+  [ "$cores" -ge 2 ] || { echo "PIN=1 needs two cores or more" >&2; return 1; }
+  HARNESS_PIN=(taskset -c 0)
+  LOAD_PIN=(taskset -c "1-$((cores - 1))")
+  if [ -n "${REDIS_PIDFILE:-}" ] && [ -f "$REDIS_PIDFILE" ]; then
+    taskset -apc "1-$((cores - 1))" "$(cat "$REDIS_PIDFILE")" >/dev/null
+  fi
+}
+
 stop_redis() {
   if [ -n "${REDIS_PIDFILE:-}" ] && [ -f "$REDIS_PIDFILE" ]; then
     local pid

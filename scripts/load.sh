@@ -9,6 +9,8 @@
 #   LOAD_REPLICAS=2 scripts/load.sh ...      harness replicas behind the load (round-robin)
 #   BIN=path/to/release-harness scripts/load.sh ...   measures another build (e.g. an older
 #   commit's, for a before/after comparison in one session; its soak driver is used too)
+#   PIN=1 scripts/load.sh ...   one harness with one worker on core 0; Redis, the fake model
+#                               and the load on the other cores (issue 11's measurement)
 # Prints one line per rate: throughput, release latency p50/p99, harness overhead p50/p99
 # and the (first) harness's RSS; the reports are under soak-reports/.
 #
@@ -49,6 +51,12 @@ case $store in
     ;;
   *) echo "LOAD_STORE is single or cluster" >&2; exit 2 ;;
 esac
+pin_cores
+pinned=()
+if [ -n "${PIN:-}" ]; then
+  [ "$replicas" -eq 1 ] || { echo "PIN=1 measures one replica" >&2; exit 2; }
+  pinned=(HARNESS__SERVER__WORKERS=1)
+fi
 release_bin
 bin=$BIN
 echo "==> load: ${duration}s per rate, rates ${rates[*]}/s, $(nproc) cores, $replicas harness replica(s), $where"
@@ -60,17 +68,17 @@ for rate in "${rates[@]}"; do
   serve_pids=()
   for i in $(seq 1 "$replicas"); do
     port=$(free_port)
-    env "${store_env[@]}" HARNESS__REDIS__KEY_PREFIX="$prefix" \
+    env "${store_env[@]}" "${pinned[@]}" HARNESS__REDIS__KEY_PREFIX="$prefix" \
       HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__SERVER__API_TOKEN=load-token \
       HARNESS__SERVER__REPLICA_NAME="load-$i" \
       HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" RUST_LOG=warn \
-      "$bin" serve >"$work/serve-$rate-$i.log" 2>&1 &
+      "${HARNESS_PIN[@]}" "$bin" serve >"$work/serve-$rate-$i.log" 2>&1 &
     serve_pids+=($!)
     track "$!"
     wait_ready "http://127.0.0.1:$port"
     targets+=(--target "http://127.0.0.1:$port")
   done
-  env "${store_env[@]}" RUST_LOG=warn "$bin" soak --only supported \
+  env "${store_env[@]}" RUST_LOG=warn "${LOAD_PIN[@]}" "$bin" soak --only supported \
     "${targets[@]}" --token load-token --key-prefix "$prefix" \
     --model-listen "127.0.0.1:$model_port" --model-latency-ms 0 --pid "${serve_pids[0]}" \
     --duration "$duration" --rate "$rate" --report-dir soak-reports >"$work/report-$rate.json" \

@@ -2,6 +2,7 @@
 # Saturating throughput of judged releases by worker count: `scripts/load.sh saturate`
 # (see there). Not part of CI.
 #   scripts/saturate.sh [DURATION_SECONDS=20] [CONNECTIONS=16] [WORKERS ...=1 2]
+#   PIN=1 ...   the harness on core 0, Redis, the fake model and wrk on the others
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -15,10 +16,11 @@ need_pkg wrk wrk
 work=$(mktemp -d)
 trap 'cleanup "$work"' EXIT
 start_redis "$work"
+pin_cores
 release_bin
 bin=$BIN
 model_port=$(free_port)
-"$bin" fake-model --listen "127.0.0.1:$model_port" >"$work/model.log" 2>&1 &
+"${LOAD_PIN[@]}" "$bin" fake-model --listen "127.0.0.1:$model_port" >"$work/model.log" 2>&1 &
 track $!
 # Runs per wrk thread, enough for 5,000 releases/s for the whole duration.
 per_thread=$(( duration * 2500 + 1000 ))
@@ -81,13 +83,13 @@ for w in "${workers[@]}"; do
   HARNESS__REDIS__URL="$REDIS_URL" HARNESS__REDIS__KEY_PREFIX="$prefix" \
     HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__SERVER__API_TOKEN=sat-token \
     HARNESS__SERVER__WORKERS="$w" HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" \
-    RUST_LOG=warn "$bin" serve >"$work/serve-$w.log" 2>&1 &
+    RUST_LOG=warn "${HARNESS_PIN[@]}" "$bin" serve >"$work/serve-$w.log" 2>&1 &
   pid=$!
   track "$pid"
   wait_ready "http://127.0.0.1:$port"
   cpu_before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   threads_before=$(for t in /proc/$pid/task/*; do echo "$(cat "$t/comm" | tr ' ' '_')#$(basename "$t") $(awk '{print $14 + $15}' "$t/stat")"; done)
-  wrk -t2 -c"$connections" -d"${duration}s" --timeout 10s -s "$work/release.lua" \
+  "${LOAD_PIN[@]}" wrk -t2 -c"$connections" -d"${duration}s" --timeout 10s -s "$work/release.lua" \
     "http://127.0.0.1:$port" -- "$work/body.json" >"$work/wrk-$w.txt" 2>&1 || true
   cpu_after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   threads_after=$(for t in /proc/$pid/task/*; do echo "$(cat "$t/comm" | tr ' ' '_')#$(basename "$t") $(awk '{print $14 + $15}' "$t/stat")"; done)
