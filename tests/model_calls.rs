@@ -550,6 +550,11 @@ async fn a_pending_call_sends_the_prepared_bytes_and_keeps_no_copy_of_them() {
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "é\"".repeat(2048)}]});
     let request = PreparedRequest::from_json(&body, 64).unwrap();
     assert_eq!(request.body().holders(), 1);
+    // async-openai serializes (and keeps for its retries) only a placeholder, not a copy.
+    assert_eq!(
+        serde_json::to_vec(request.body()).unwrap(),
+        release_harness::model::prompts::PLACEHOLDER
+    );
     let send = client.send(&request);
     tokio::pin!(send);
     assert!(
@@ -558,12 +563,12 @@ async fn a_pending_call_sends_the_prepared_bytes_and_keeps_no_copy_of_them() {
             .is_err(),
         "the model answers after 1.5 s"
     );
-    // While the model thinks, the body in flight is the prepared bytes themselves (reqwest's
-    // layers keep it until the answer): before, async-openai's copy was sent and kept, and
-    // this stayed at 1.
-    assert!(
-        request.body().holders() > 1,
-        "the request in flight does not share the prepared bytes"
+    // While the model thinks, the body has been sent: its frames, which shared the
+    // prepared bytes, are let go, and nothing but the request holds them.
+    assert_eq!(
+        request.body().holders(),
+        1,
+        "the request in flight keeps the body"
     );
     assert!(send.await.is_ok());
     assert_eq!(
@@ -571,11 +576,18 @@ async fn a_pending_call_sends_the_prepared_bytes_and_keeps_no_copy_of_them() {
         1,
         "nothing holds the body after the call"
     );
+    let received = requests(&server).await;
     assert_eq!(
-        requests(&server).await[0].body,
-        request.body().get().as_bytes(),
+        received[0].body,
+        request.body().to_text().as_bytes(),
         "the exact prepared bytes were sent"
     );
+    assert_eq!(
+        received[0].headers["content-length"],
+        request.len_bytes().to_string().as_str(),
+        "sent with its length, not in chunks"
+    );
+    assert!(!received[0].headers.contains_key("transfer-encoding"));
 }
 
 #[actix_rt::test]

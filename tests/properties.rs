@@ -970,7 +970,7 @@ proptest! {
         };
         let request = semantic_request(&shape, &s.query, &judged.draft, &judged.snapshot, "n0nce")
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let body = request.body().get();
+        let body = &request.body().to_text();
         assert_clean("SemanticGuard request", body, &secret_or_uncited)?;
         // And it does carry what the judge needs.
         prop_assert!(body.contains(&s.query));
@@ -1223,7 +1223,7 @@ proptest! {
                 let shape = RequestShape { model: "m", structured_output: StructuredOutput::JsonSchema, max_output_tokens: 512 };
                 let request = semantic_request(&shape, QUERY_TEXT, &judged.draft, &judged.snapshot, "n0nce")
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                assert_no_identifiers("SemanticGuard request", request.body().get(), calls.len())?;
+                assert_no_identifiers("SemanticGuard request", &request.body().to_text(), calls.len())?;
                 results.push(("SUCCESS", after_judgement(HOSTILE_RUN, Judgement::Supported { reason: "ok".into() }, std::sync::Arc::new(*judged), &mut audit)));
             }
             Step::Finish(result) => {

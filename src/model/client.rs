@@ -20,7 +20,7 @@ use async_openai::Client;
 use serde_json::Value;
 
 use super::envelope::Envelope;
-use super::prompts::{PreparedRequest, WeakBody};
+use super::prompts::{PreparedRequest, WeakBody, PLACEHOLDER};
 use crate::config::ModelConfig;
 use crate::domain::audit::AttemptOutcome;
 
@@ -87,10 +87,8 @@ impl ModelClient {
 
 tokio::task_local! {
     /// The prepared bytes of the call [`ModelClient::send`] is making on this task.
-    /// async-openai serializes the body into a copy of its own, which reqwest's layers then
-    /// keep until the answer; [`StatusService`] sends these shared bytes instead (when they
-    /// are the same, byte for byte) and lets that copy go at once, so a call waiting on
-    /// the model holds its body once, not twice.
+    /// async-openai serializes only a placeholder for the body (see
+    /// [`super::prompts::PLACEHOLDER`]); [`StatusService`] sends these bytes in its place.
     static SENDING: WeakBody;
 }
 
@@ -124,14 +122,23 @@ impl tower::Service<HttpRequestFactory> for StatusService {
 
     fn call(&mut self, factory: HttpRequestFactory) -> Self::Future {
         let http = self.http.clone();
-        let prepared = SENDING.try_with(WeakBody::shared).ok().flatten();
+        let prepared = SENDING.try_with(WeakBody::http_body).ok().flatten();
         Box::pin(async move {
             let mut request = factory.build().await?;
-            // The factory holds async-openai's copy of the body.
             drop(factory);
-            if let Some(prepared) = prepared {
-                if request.body().and_then(reqwest::Body::as_bytes) == Some(&prepared[..]) {
-                    *request.body_mut() = Some(prepared.into());
+            // async-openai wrote the placeholder; anything else (a request not made by
+            // `ModelClient::send`, or an async-openai that builds bodies differently) is
+            // not sent.
+            match prepared {
+                Some(body)
+                    if request.body().and_then(reqwest::Body::as_bytes) == Some(PLACEHOLDER) =>
+                {
+                    *request.body_mut() = Some(body);
+                }
+                _ => {
+                    return Err(OpenAIError::InvalidArgument(
+                        "the request body is not a prepared request's".into(),
+                    ))
                 }
             }
             let mut response = http.execute(request).await?;

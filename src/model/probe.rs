@@ -213,7 +213,7 @@ fn tiny_judged_case() -> Result<(Draft, VerifiedSnapshot), String> {
 
 /// Sums the text of every message of a request body (what is tokenized).
 fn message_bytes(request: &PreparedRequest) -> u64 {
-    serde_json::from_str::<Value>(request.body().get())
+    serde_json::from_str::<Value>(&request.body().to_text())
         .ok()
         .and_then(|v| {
             v["messages"].as_array().map(|m| {

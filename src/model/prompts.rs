@@ -28,22 +28,46 @@ pub struct PreparedRequest {
 
 /// The exact bytes of a request body: one JSON document, written by the harness's own
 /// writers ([`write_chat_body`], or `serde_json` for the probe's canary).
+///
+/// A chat body is kept as the text written for this request with the fixed, escaped system
+/// prompt spliced in: the prompt (2.6 kB of a judge request's 6 kB) is written once per
+/// process, neither copied into each request nor held by each release waiting on the model.
+/// The HTTP body is sent as those three pieces ([`WeakBody::http_body`]).
 #[derive(Debug, Clone)]
-pub struct RequestBody(Arc<str>);
+pub struct RequestBody(Arc<BodyParts>);
+
+#[derive(Debug)]
+struct BodyParts {
+    /// What was written for this request.
+    written: Box<str>,
+    /// Where in `written` the fixed part goes.
+    at: usize,
+    /// The fixed part (empty for a body written whole).
+    fixed: &'static str,
+}
+
+impl BodyParts {
+    fn len(&self) -> usize {
+        self.written.len() + self.fixed.len()
+    }
+}
 
 impl RequestBody {
-    /// The JSON text.
-    pub fn get(&self) -> &str {
-        &self.0
+    /// The JSON text, put together (for tests and the probe; the HTTP client sends the
+    /// pieces).
+    pub fn to_text(&self) -> String {
+        let parts = &*self.0;
+        let (head, tail) = parts.written.split_at(parts.at);
+        [head, parts.fixed, tail].concat()
     }
 
-    /// A handle that does not keep the bytes alive (see [`WeakBody::shared`]).
+    /// A handle that does not keep the bytes alive (see [`WeakBody::http_body`]).
     pub fn weak(&self) -> WeakBody {
         WeakBody(Arc::downgrade(&self.0))
     }
 
-    /// How many holders share these bytes (this one, its clones, and every `Bytes` of
-    /// [`WeakBody::shared`] still alive, e.g. the body of a request in flight).
+    /// How many holders share these bytes (this one, its clones, and every HTTP body of
+    /// [`WeakBody::http_body`] not yet sent).
     pub fn holders(&self) -> usize {
         Arc::strong_count(&self.0)
     }
@@ -51,60 +75,126 @@ impl RequestBody {
 
 /// A request body that is not kept alive by this handle.
 #[derive(Debug, Clone)]
-pub struct WeakBody(Weak<str>);
+pub struct WeakBody(Weak<BodyParts>);
 
 impl WeakBody {
-    /// The bytes as a `Bytes` that shares them (no copy), while the body is alive: what the
-    /// HTTP client sends.
-    pub fn shared(&self) -> Option<bytes::Bytes> {
-        Some(bytes::Bytes::from_owner(SharedText(self.0.upgrade()?)))
+    /// The bytes as an HTTP body of exact length (so HTTP/1.1 sends a `Content-Length`, not
+    /// chunks) while the body is alive: what the HTTP client sends. Its frames share the
+    /// bytes (no copy), and each is let go once written.
+    pub fn http_body(&self) -> Option<reqwest::Body> {
+        let parts = self.0.upgrade()?;
+        let at = parts.at;
+        let len = parts.len() as u64;
+        let fixed = parts.fixed;
+        let written = bytes::Bytes::from_owner(Written(parts));
+        let frames = [
+            written.slice(..at),
+            bytes::Bytes::from_static(fixed.as_bytes()),
+            written.slice(at..),
+        ];
+        Some(reqwest::Body::wrap(Frames {
+            frames,
+            next: 0,
+            len,
+        }))
     }
 }
 
-/// A request body's text as the owner of a `Bytes`.
-struct SharedText(Arc<str>);
+/// A body's written text as the owner of a `Bytes`.
+struct Written(Arc<BodyParts>);
 
-impl AsRef<[u8]> for SharedText {
+impl AsRef<[u8]> for Written {
     fn as_ref(&self) -> &[u8] {
-        self.0.as_bytes()
+        self.0.written.as_bytes()
     }
 }
 
-/// Serializes as the JSON text itself, byte for byte, the way `serde_json`'s own `RawValue`
-/// does (a struct named with serde_json's raw-value token, which its serializer writes out
-/// verbatim). Unlike a `RawValue`, building one does not parse the text again to check it:
-/// a judged release spent about 46k instructions on that check (callgrind). The test
-/// `a_request_body_serializes_as_its_exact_bytes` catches a serde_json that stops honouring
-/// the token.
+/// A body's pieces, in order, as HTTP body frames (an empty piece is skipped).
+struct Frames {
+    frames: [bytes::Bytes; 3],
+    /// The first piece not yet given out.
+    next: usize,
+    /// Bytes not yet given out.
+    len: u64,
+}
+
+impl http_body::Body for Frames {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        while let Some(piece) = this.frames.get_mut(this.next) {
+            this.next += 1;
+            if !piece.is_empty() {
+                // Taken, so that its share of the bytes is let go once written.
+                let frame = std::mem::take(piece);
+                this.len -= frame.len() as u64;
+                return std::task::Poll::Ready(Some(Ok(http_body::Frame::data(frame))));
+            }
+        }
+        std::task::Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.len == 0
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.len)
+    }
+}
+
+/// What async-openai serializes for a body, and then holds for its own retries (the
+/// harness turns those off): `null`, four bytes. [`super::client`]'s HTTP service sends
+/// the prepared bytes in its place ([`WeakBody::http_body`]), and sends nothing if the
+/// request it is given does not carry exactly this placeholder. Before, async-openai wrote
+/// a copy of the whole body here (6 kB for a judge request), which was then compared with
+/// the prepared bytes to be dropped.
+pub const PLACEHOLDER: &[u8] = b"null";
+
 impl Serialize for RequestBody {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
-        let mut raw = serializer.serialize_struct(RAW_VALUE_TOKEN, 1)?;
-        raw.serialize_field(RAW_VALUE_TOKEN, self.get())?;
-        raw.end()
+        serializer.serialize_unit()
     }
 }
 
 impl PreparedRequest {
-    /// Takes the written bytes as they are, so that every attempt sends them unchanged.
-    /// They are not parsed again: the writers emit one JSON document by construction (the
-    /// tests parse every kind of request they write), and debug builds check it.
-    fn from_bytes(bytes: Vec<u8>, max_output_tokens: u32) -> Result<PreparedRequest, PromptError> {
-        let text = String::from_utf8(bytes).map_err(|_| PromptError::NotUtf8)?;
+    /// Takes the written bytes as they are, with the fixed part to splice in at `at`, so
+    /// that every attempt sends them unchanged. They are not parsed again: the writers emit
+    /// one JSON document by construction (the tests parse every kind of request they
+    /// write), and debug builds check it.
+    fn from_parts(
+        written: Vec<u8>,
+        at: usize,
+        fixed: &'static str,
+        max_output_tokens: u32,
+    ) -> Result<PreparedRequest, PromptError> {
+        let written = String::from_utf8(written).map_err(|_| PromptError::NotUtf8)?;
+        if !written.is_char_boundary(at) {
+            return Err(PromptError::NotUtf8);
+        }
+        let body = RequestBody(Arc::new(BodyParts {
+            written: written.into_boxed_str(),
+            at,
+            fixed,
+        }));
         debug_assert!(
-            serde_json::from_str::<serde::de::IgnoredAny>(&text).is_ok(),
+            serde_json::from_str::<serde::de::IgnoredAny>(&body.to_text()).is_ok(),
             "a request body is one JSON document"
         );
         Ok(PreparedRequest {
-            body: RequestBody(Arc::from(text)),
+            body,
             max_output_tokens,
         })
     }
 
     /// A request from a JSON body built elsewhere (the probe's canary).
     pub fn from_json(body: &Value, max_output_tokens: u32) -> Result<PreparedRequest, PromptError> {
-        PreparedRequest::from_bytes(serde_json::to_vec(body)?, max_output_tokens)
+        PreparedRequest::from_parts(serde_json::to_vec(body)?, 0, "", max_output_tokens)
     }
 
     /// The exact bytes sent.
@@ -113,7 +203,7 @@ impl PreparedRequest {
     }
 
     pub fn len_bytes(&self) -> u64 {
-        self.body.get().len() as u64
+        self.body.0.len() as u64
     }
 }
 
@@ -227,17 +317,15 @@ fn response_format(mode: StructuredOutput, name: &str, schema: Value) -> Option<
 /// The fixed parts of a request kind, written once per process.
 struct Fixed {
     /// The system prompt, escaped (without quotes).
-    system: Vec<u8>,
+    system: String,
     /// `response_format` JSON per structured-output mode (see [`Fixed::format`]).
     formats: [Option<String>; 4],
 }
 
 impl Fixed {
     fn new(system: &str, name: &str, schema: fn() -> Value) -> Fixed {
-        let mut escaped = Vec::with_capacity(system.len() + 64);
-        body::push_escaped(&mut escaped, system.as_bytes(), false);
         Fixed {
-            system: escaped,
+            system: escaped(system),
             formats: [
                 StructuredOutput::JsonSchema,
                 StructuredOutput::JsonObjectSchema,
@@ -263,26 +351,31 @@ static SEMANTIC: LazyLock<Fixed> =
     LazyLock::new(|| Fixed::new(SEMANTIC_SYSTEM_PROMPT, "semantic_verdict", verdict_schema));
 /// The repair's system prompt, escaped once; its `response_format` is written per request
 /// (the schema is bounded by the Draft being repaired).
-static REPAIR_SYSTEM: LazyLock<Vec<u8>> = LazyLock::new(|| {
-    let mut escaped = Vec::with_capacity(REPAIR_SYSTEM_PROMPT.len() + 64);
-    body::push_escaped(&mut escaped, REPAIR_SYSTEM_PROMPT.as_bytes(), false);
-    escaped
-});
+static REPAIR_SYSTEM: LazyLock<String> = LazyLock::new(|| escaped(REPAIR_SYSTEM_PROMPT));
+
+/// `text` escaped for a JSON string (without quotes).
+fn escaped(text: &str) -> String {
+    let mut out = Vec::with_capacity(text.len() + 64);
+    body::push_escaped(&mut out, text.as_bytes(), false);
+    // The escaper writes UTF-8 text as UTF-8 (escapes are ASCII).
+    String::from_utf8(out).unwrap_or_default()
+}
 
 /// Writes a chat body around a user message: everything up to the user message's content,
 /// then `user` writes that content (escaped as it goes), then the rest.
 fn write_chat_body(
     shape: &RequestShape<'_>,
-    system: &[u8],
+    system: &'static str,
     format: Option<&str>,
     capacity: usize,
     user: impl FnOnce(&mut Vec<u8>) -> Result<(), PromptError>,
 ) -> Result<PreparedRequest, PromptError> {
-    let mut out = Vec::with_capacity(capacity + system.len() + format.map_or(0, str::len) + 256);
+    let mut out = Vec::with_capacity(capacity + format.map_or(0, str::len) + 256);
     out.extend_from_slice(b"{\"model\":");
     body::push_string(&mut out, shape.model);
     out.extend_from_slice(b",\"messages\":[{\"role\":\"system\",\"content\":\"");
-    out.extend_from_slice(system);
+    // The system prompt goes here, spliced in as it is sent (see `RequestBody`).
+    let at = out.len();
     out.extend_from_slice(b"\"},{\"role\":\"user\",\"content\":\"");
     user(&mut out)?;
     out.extend_from_slice(b"\"}],\"temperature\":0,\"max_tokens\":");
@@ -292,7 +385,7 @@ fn write_chat_body(
         out.extend_from_slice(format.as_bytes());
     }
     out.push(b'}');
-    PreparedRequest::from_bytes(out, shape.max_output_tokens)
+    PreparedRequest::from_parts(out, at, system, shape.max_output_tokens)
 }
 
 pub fn verdict_schema() -> Value {
@@ -374,7 +467,7 @@ pub fn semantic_request(
     let capacity = 2048 + query.len() + 4 * 1024 * (1 + snapshot.analyses.len());
     let fixed = &*SEMANTIC;
     let format = fixed.format(shape.structured_output);
-    write_chat_body(shape, &fixed.system, format, capacity, |out| {
+    write_chat_body(shape, &fixed.system[..], format, capacity, |out| {
         let text = |out: &mut Vec<u8>, text: &str| body::push_escaped(out, text.as_bytes(), false);
         let begin = |out: &mut Vec<u8>, label: &str| {
             text(out, "<<<BEGIN ");
@@ -447,7 +540,7 @@ pub fn repair_request(
         "evidence_repair",
         draft_schema(draft, usable),
     );
-    write_chat_body(shape, &REPAIR_SYSTEM, format.as_deref(), 4096, |out| {
+    write_chat_body(shape, &REPAIR_SYSTEM[..], format.as_deref(), 4096, |out| {
         let text = |out: &mut Vec<u8>, text: &str| body::push_escaped(out, text.as_bytes(), false);
         text(out, "The data markers of this message use the nonce ");
         text(out, nonce);
@@ -503,16 +596,68 @@ mod tests {
     use crate::domain::snapshot::SnapshotLimits;
 
     #[test]
-    fn a_request_body_serializes_as_its_exact_bytes() {
+    fn async_openai_serializes_only_the_placeholder() {
         // What async-openai does with the body: `serde_json::to_vec` of it.
-        let text =
-            r#"{"model":"m","messages":[{"role":"user","content":"a \"b\" \u0001 é"}],"n":1.5e3}"#;
-        let request = PreparedRequest::from_bytes(text.as_bytes().to_vec(), 8).unwrap();
-        assert_eq!(serde_json::to_vec(request.body()).unwrap(), text.as_bytes());
-        assert_eq!(
-            serde_json::to_vec(&request.body()).unwrap(),
-            text.as_bytes()
-        );
+        let request = PreparedRequest::from_json(&json!({"model": "m"}), 8).unwrap();
+        assert_eq!(serde_json::to_vec(request.body()).unwrap(), PLACEHOLDER);
+        assert_eq!(serde_json::to_vec(&request.body()).unwrap(), PLACEHOLDER);
+    }
+
+    /// The bytes the HTTP body gives out, frame by frame, and the length it announced.
+    fn sent(body: &RequestBody) -> (Vec<u8>, Option<u64>) {
+        use http_body::Body as _;
+        let mut http = body.weak().http_body().unwrap();
+        let announced = http.size_hint().exact();
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut out = Vec::new();
+        while let std::task::Poll::Ready(Some(frame)) =
+            std::pin::Pin::new(&mut http).poll_frame(&mut cx)
+        {
+            out.extend_from_slice(frame.unwrap().data_ref().unwrap());
+        }
+        assert!(http.is_end_stream());
+        (out, announced)
+    }
+
+    #[test]
+    fn the_http_body_is_the_text_with_the_system_prompt_spliced_in() {
+        let draft = good_draft();
+        let run = run_evidence().resolve(&draft.cited_call_ids());
+        let ids = RunIdentifiers::of_run(&run, "aiops");
+        let redact = Redactor::new(&ids, CopyLimits::default());
+        let snapshot = VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default(), &redact);
+        let request = semantic_request(
+            &shape(StructuredOutput::JsonSchema),
+            "Why timeouts? é \"quoted\"",
+            &draft,
+            &snapshot,
+            "n0nce",
+        )
+        .unwrap();
+        let text = request.body().to_text();
+        let (bytes, announced) = sent(request.body());
+        assert_eq!(bytes, text.as_bytes());
+        assert_eq!(announced, Some(text.len() as u64));
+        assert_eq!(request.len_bytes(), text.len() as u64);
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["messages"][0]["content"], SEMANTIC_SYSTEM_PROMPT);
+        // The prompt is not in the request's own bytes: it is spliced in as it is sent.
+        assert!(request.body().0.written.len() + SEMANTIC.system.len() == text.len());
+
+        let canary = json!({"a": "é\u{1}", "b": [1, 2]});
+        let whole = PreparedRequest::from_json(&canary, 8).unwrap();
+        let (bytes, announced) = sent(whole.body());
+        assert_eq!(bytes, serde_json::to_vec(&canary).unwrap());
+        assert_eq!(announced, Some(bytes.len() as u64));
+    }
+
+    #[test]
+    fn the_http_body_of_a_dropped_request_is_none() {
+        let request = PreparedRequest::from_json(&json!({"a": 1}), 8).unwrap();
+        let weak = request.body().weak();
+        drop(request);
+        assert!(weak.http_body().is_none());
     }
 
     fn shape(mode: StructuredOutput) -> RequestShape<'static> {
@@ -531,7 +676,7 @@ mod tests {
         let snapshot = VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default(), &redact);
         let req =
             semantic_request(&shape(mode), "Why timeouts?", &draft, &snapshot, "n0nce").unwrap();
-        serde_json::from_str(req.body().get()).unwrap()
+        serde_json::from_str(&req.body().to_text()).unwrap()
     }
 
     #[test]
@@ -611,7 +756,7 @@ mod tests {
             nonce,
         )
         .unwrap();
-        let body: Value = serde_json::from_str(req.body().get()).unwrap();
+        let body: Value = serde_json::from_str(&req.body().to_text()).unwrap();
         assert_eq!(body["messages"][1]["content"].as_str().unwrap(), expected);
         assert_eq!(body["messages"][0]["content"], SEMANTIC_SYSTEM_PROMPT);
         assert_eq!(
@@ -649,7 +794,7 @@ mod tests {
         }];
         let req =
             repair_request(&shape(mode), &good_draft(), &violations, &usable, "n0nce").unwrap();
-        serde_json::from_str(req.body().get()).unwrap()
+        serde_json::from_str(&req.body().to_text()).unwrap()
     }
 
     #[test]
@@ -731,7 +876,7 @@ mod tests {
             "n0nce",
         )
         .unwrap();
-        let body: Value = serde_json::from_str(req.body().get()).unwrap();
+        let body: Value = serde_json::from_str(&req.body().to_text()).unwrap();
         let user = body["messages"][1]["content"].as_str().unwrap();
         let report_start = user.find("<<<BEGIN n0nce report>>>\n").unwrap();
         let report_end = report_start + user[report_start..].find("\n<<<END n0nce>>>").unwrap();
