@@ -3,6 +3,7 @@
 //! limit derived from the Draft's size (`repair.max_output_*` are the caps). It owns the
 //! pending call; [`AbortChild`] drops it.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use actix::{Actor, ActorContext, Context, Handler, Message, ResponseFuture, SpawnHandle};
@@ -21,14 +22,19 @@ use crate::model::prompts::{new_nonce, repair_request, RequestShape, UsableCallR
 use crate::model::verdict::parse_repaired_draft;
 
 pub struct RepairActor {
-    context: AttemptContext,
-    settings: RepairConfig,
-    model_name: String,
-    structured_output: StructuredOutput,
+    job: Rc<RepairJob>,
     /// Set once the one repair has been asked for: a second request is refused.
     used: bool,
     /// The pending repair future; cancelling it drops the HTTP request in flight.
     pending: Option<SpawnHandle>,
+}
+
+/// What the repair needs besides its message, shared with its future (not copied into it).
+struct RepairJob {
+    context: AttemptContext,
+    settings: RepairConfig,
+    model_name: String,
+    structured_output: StructuredOutput,
 }
 
 impl RepairActor {
@@ -39,10 +45,12 @@ impl RepairActor {
         structured_output: StructuredOutput,
     ) -> Self {
         RepairActor {
-            context,
-            settings,
-            model_name,
-            structured_output,
+            job: Rc::new(RepairJob {
+                context,
+                settings,
+                model_name,
+                structured_output,
+            }),
             used: false,
             pending: None,
         }
@@ -69,13 +77,13 @@ pub struct RepairDraft {
     pub usable: Vec<UsableCallRef>,
 }
 
-async fn repair(
-    context: AttemptContext,
-    settings: RepairConfig,
-    model_name: String,
-    structured_output: StructuredOutput,
-    msg: RepairDraft,
-) -> StepOutcome<Result<Draft, RepairFailure>> {
+async fn repair(job: Rc<RepairJob>, msg: RepairDraft) -> StepOutcome<Result<Draft, RepairFailure>> {
+    let RepairJob {
+        context,
+        settings,
+        model_name,
+        structured_output,
+    } = &*job;
     let draft_bytes = serde_json::to_vec(&msg.draft).map_or(0, |v| v.len() as u64);
     let bounds = repair_output_limits(
         draft_bytes,
@@ -83,8 +91,8 @@ async fn repair(
         settings.max_output_bytes,
     );
     let shape = RequestShape {
-        model: &model_name,
-        structured_output,
+        model: model_name,
+        structured_output: *structured_output,
         max_output_tokens: bounds.max_tokens,
     };
     let request = match repair_request(
@@ -104,7 +112,7 @@ async fn repair(
         max_output_bytes: bounds.max_bytes,
         timeout: Duration::from_millis(settings.timeout_ms),
     };
-    match attempt(&context, 1, true, &request, limits, parse_repaired_draft).await {
+    match attempt(context, 1, true, &request, limits, parse_repaired_draft).await {
         AttemptResult::Answer(draft) => StepOutcome::Done(Ok(draft)),
         AttemptResult::Failed(class) => StepOutcome::Done(Err(RepairFailure(format!(
             "the repair call failed ({})",
@@ -127,13 +135,7 @@ impl Handler<RepairDraft> for RepairActor {
                 StepOutcome::Done(Err(RepairFailure("the one repair was already used".into())))
             });
         }
-        let work = repair(
-            self.context.clone(),
-            self.settings.clone(),
-            self.model_name.clone(),
-            self.structured_output,
-            msg,
-        );
+        let work = repair(self.job.clone(), msg);
         own_pending_call(
             self,
             ctx,

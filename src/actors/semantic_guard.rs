@@ -3,6 +3,7 @@
 //! transport, parse and schema failures) within `semantic_guard.total_timeout_ms`, and
 //! owns the pending call: [`AbortChild`] drops it, closing its HTTP connection.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use actix::{Actor, ActorContext, Context, Handler, Message, ResponseFuture, SpawnHandle};
@@ -20,12 +21,18 @@ use crate::model::prompts::{new_nonce, semantic_request, RequestShape};
 use crate::model::verdict::parse_verdict;
 
 pub struct SemanticGuardActor {
+    job: Rc<JudgeJob>,
+    /// The pending judgement future; cancelling it drops the HTTP request in flight.
+    pending: Option<SpawnHandle>,
+}
+
+/// What a judgement needs besides its message, shared with its future: a release waiting
+/// on the model holds it once, not copied into the future.
+struct JudgeJob {
     context: AttemptContext,
     settings: SemanticGuardConfig,
     model_name: String,
     structured_output: StructuredOutput,
-    /// The pending judgement future; cancelling it drops the HTTP request in flight.
-    pending: Option<SpawnHandle>,
 }
 
 impl SemanticGuardActor {
@@ -36,10 +43,12 @@ impl SemanticGuardActor {
         structured_output: StructuredOutput,
     ) -> Self {
         SemanticGuardActor {
-            context,
-            settings,
-            model_name,
-            structured_output,
+            job: Rc::new(JudgeJob {
+                context,
+                settings,
+                model_name,
+                structured_output,
+            }),
             pending: None,
         }
     }
@@ -68,16 +77,16 @@ pub struct Judge {
     pub marker_read: bool,
 }
 
-async fn judge(
-    context: AttemptContext,
-    settings: SemanticGuardConfig,
-    model_name: String,
-    structured_output: StructuredOutput,
-    msg: Judge,
-) -> StepOutcome<Judgement> {
-    let shape = RequestShape {
-        model: &model_name,
+async fn judge(job: Rc<JudgeJob>, msg: Judge) -> StepOutcome<Judgement> {
+    let JudgeJob {
+        context,
+        settings,
+        model_name,
         structured_output,
+    } = &*job;
+    let shape = RequestShape {
+        model: model_name,
+        structured_output: *structured_output,
         max_output_tokens: settings.max_output_tokens,
     };
     let request = match semantic_request(
@@ -104,7 +113,7 @@ async fn judge(
         };
         let check_marker = number > 1 || !msg.marker_read;
         match attempt(
-            &context,
+            context,
             number,
             check_marker,
             &request,
@@ -139,13 +148,7 @@ impl Handler<Judge> for SemanticGuardActor {
     type Result = ResponseFuture<StepOutcome<Judgement>>;
 
     fn handle(&mut self, msg: Judge, ctx: &mut Self::Context) -> Self::Result {
-        let work = judge(
-            self.context.clone(),
-            self.settings.clone(),
-            self.model_name.clone(),
-            self.structured_output,
-            msg,
-        );
+        let work = judge(self.job.clone(), msg);
         own_pending_call(self, ctx, work, StepOutcome::Done(Judgement::Unavailable))
     }
 }

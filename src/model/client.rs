@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -36,7 +37,9 @@ pub struct SendFailure {
 
 #[derive(Clone)]
 pub struct ModelClient {
-    client: Client<OpenAIConfig>,
+    /// Shared: a clone (one per run that calls the model, and per pending call) copies no
+    /// configuration.
+    client: Arc<Client<OpenAIConfig>>,
 }
 
 impl std::fmt::Debug for ModelClient {
@@ -70,7 +73,9 @@ impl ModelClient {
             .with_org_id("")
             .with_project_id("");
         let client = Client::build(http.clone(), openai).with_http_service(StatusService { http });
-        Ok(ModelClient { client })
+        Ok(ModelClient {
+            client: Arc::new(client),
+        })
     }
 
     /// One POST of the prepared bytes; the parts of the chat-completion envelope that are
