@@ -549,13 +549,16 @@ async fn a_pending_call_sends_the_prepared_bytes_and_keeps_no_copy_of_them() {
     let client = ModelClient::new(&config(Some(&server.uri())).model).unwrap();
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "é\"".repeat(2048)}]});
     let request = PreparedRequest::from_json(&body, 64).unwrap();
-    assert_eq!(request.body().holders(), 1);
+    let len = request.len_bytes();
+    // The test's own handle on the bytes, to see who else holds them.
+    let kept = request.body().clone();
+    assert_eq!(kept.holders(), 2);
     // async-openai serializes (and keeps for its retries) only a placeholder, not a copy.
     assert_eq!(
-        serde_json::to_vec(request.body()).unwrap(),
-        release_harness::model::prompts::PLACEHOLDER
+        serde_json::to_vec(&release_harness::model::client::Placeholder).unwrap(),
+        release_harness::model::client::PLACEHOLDER
     );
-    let send = client.send(&request);
+    let send = client.send(request);
     tokio::pin!(send);
     assert!(
         tokio::time::timeout(Duration::from_millis(700), &mut send)
@@ -563,28 +566,20 @@ async fn a_pending_call_sends_the_prepared_bytes_and_keeps_no_copy_of_them() {
             .is_err(),
         "the model answers after 1.5 s"
     );
-    // While the model thinks, the body has been sent: its frames, which shared the
-    // prepared bytes, are let go, and nothing but the request holds them.
-    assert_eq!(
-        request.body().holders(),
-        1,
-        "the request in flight keeps the body"
-    );
+    // While the model thinks, the body has been sent, and its frames (which shared the
+    // prepared bytes) are let go: the call holds none of its request's bytes.
+    assert_eq!(kept.holders(), 1, "the call in flight keeps its body");
     assert!(send.await.is_ok());
-    assert_eq!(
-        request.body().holders(),
-        1,
-        "nothing holds the body after the call"
-    );
+    assert_eq!(kept.holders(), 1, "nothing holds the body after the call");
     let received = requests(&server).await;
     assert_eq!(
         received[0].body,
-        request.body().to_text().as_bytes(),
+        kept.to_text().as_bytes(),
         "the exact prepared bytes were sent"
     );
     assert_eq!(
         received[0].headers["content-length"],
-        request.len_bytes().to_string().as_str(),
+        len.to_string().as_str(),
         "sent with its length, not in chunks"
     );
     assert!(!received[0].headers.contains_key("transfer-encoding"));
@@ -713,7 +708,12 @@ async fn a_server_fault_is_still_retried() {
         &bundle(&run, good_draft(), standard_invocations(&run)),
     )
     .await;
-    assert_eq!(requests(&server).await.len(), 2);
+    let sent = requests(&server).await;
+    assert_eq!(sent.len(), 2);
+    assert_eq!(
+        sent[0].body, sent[1].body,
+        "the second attempt sends the same bytes (one nonce)"
+    );
     assert_eq!(
         outcomes(&out.audit),
         vec!["semantic:transport", "semantic:transport"]

@@ -87,12 +87,13 @@ pub enum AttemptResult<T> {
 }
 
 /// Runs attempt `number`: marker (unless the caller read it just before), limit, budget,
-/// send within `limits.timeout`, parse.
+/// send within `limits.timeout`, parse. The request is given up (its bytes are let go as
+/// they are sent); a caller that tries again writes it again.
 pub async fn attempt<T>(
     ctx: &AttemptContext,
     number: u32,
     check_marker: bool,
-    request: &PreparedRequest,
+    request: PreparedRequest,
     limits: AttemptLimits,
     parse: impl Fn(&str) -> Result<T, AnswerError>,
 ) -> AttemptResult<T> {

@@ -112,7 +112,7 @@ async fn repair(job: Rc<RepairJob>, msg: RepairDraft) -> StepOutcome<Result<Draf
         max_output_bytes: bounds.max_bytes,
         timeout: Duration::from_millis(settings.timeout_ms),
     };
-    match attempt(context, 1, true, &request, limits, parse_repaired_draft).await {
+    match attempt(context, 1, true, request, limits, parse_repaired_draft).await {
         AttemptResult::Answer(draft) => StepOutcome::Done(Ok(draft)),
         AttemptResult::Failed(class) => StepOutcome::Done(Err(RepairFailure(format!(
             "the repair call failed ({})",

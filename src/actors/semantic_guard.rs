@@ -1,7 +1,8 @@
-//! The SemanticGuard actor: an isolated single-turn judge. It builds the request bytes
-//! once, sends them at most `semantic_guard.max_attempts` times (retrying only timeout,
-//! transport, parse and schema failures) within `semantic_guard.total_timeout_ms`, and
-//! owns the pending call: [`AbortChild`] drops it, closing its HTTP connection.
+//! The SemanticGuard actor: an isolated single-turn judge. It sends the same request bytes
+//! (written again for each attempt, with one nonce) at most `semantic_guard.max_attempts`
+//! times (retrying only timeout, transport, parse and schema failures) within
+//! `semantic_guard.total_timeout_ms`, and owns the pending call: [`AbortChild`] drops it,
+//! closing its HTTP connection.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -89,14 +90,21 @@ async fn judge(job: Rc<JudgeJob>, msg: Judge) -> StepOutcome<Judgement> {
         structured_output: *structured_output,
         max_output_tokens: settings.max_output_tokens,
     };
-    let request = match semantic_request(
-        &shape,
-        &msg.query,
-        &msg.judged.draft,
-        &msg.judged.snapshot,
-        &new_nonce(),
-    ) {
-        Ok(r) => r,
+    // Every attempt sends the same bytes: one nonce, and the writers are deterministic. A
+    // sent request's bytes are let go as they leave (a release waiting on the model holds
+    // none of them), so a second attempt writes them again.
+    let nonce = new_nonce();
+    let write = || {
+        semantic_request(
+            &shape,
+            &msg.query,
+            &msg.judged.draft,
+            &msg.judged.snapshot,
+            &nonce,
+        )
+    };
+    let mut first = match write() {
+        Ok(r) => Some(r),
         Err(_) => return StepOutcome::Done(Judgement::Unavailable),
     };
     let deadline = Instant::now() + Duration::from_millis(settings.total_timeout_ms);
@@ -111,12 +119,16 @@ async fn judge(job: Rc<JudgeJob>, msg: Judge) -> StepOutcome<Judgement> {
             max_output_bytes: settings.max_output_bytes,
             timeout: attempt_timeout.min(remaining),
         };
+        let request = match first.take().map_or_else(write, Ok) {
+            Ok(r) => r,
+            Err(_) => break,
+        };
         let check_marker = number > 1 || !msg.marker_read;
         match attempt(
             context,
             number,
             check_marker,
-            &request,
+            request,
             limits,
             parse_verdict,
         )

@@ -8,6 +8,7 @@
 //! has no timeout of its own: callers wrap it, and dropping the future drops the request,
 //! which closes its connection.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use async_openai::Client;
 use serde_json::Value;
 
 use super::envelope::Envelope;
-use super::prompts::{PreparedRequest, WeakBody, PLACEHOLDER};
+use super::prompts::{PreparedRequest, RequestBody};
 use crate::config::ModelConfig;
 use crate::domain::audit::AttemptOutcome;
 
@@ -79,22 +80,39 @@ impl ModelClient {
     }
 
     /// One POST of the prepared bytes; the parts of the chat-completion envelope that are
-    /// read, taken from the answer's bytes in one pass.
-    pub async fn send(&self, request: &PreparedRequest) -> Result<Envelope, SendFailure> {
+    /// read, taken from the answer's bytes in one pass. The request is given up: its bytes
+    /// are let go as they are written, so a call waiting on the model holds none of them.
+    pub async fn send(&self, request: PreparedRequest) -> Result<Envelope, SendFailure> {
         let chat = self.client.chat();
-        let call = chat.create_byot::<&super::prompts::RequestBody, Envelope>(request.body());
+        let call = chat.create_byot::<Placeholder, Envelope>(Placeholder);
         SENDING
-            .scope(request.body().weak(), call)
+            .scope(Cell::new(Some(request.into_body())), call)
             .await
             .map_err(classify)
     }
 }
 
 tokio::task_local! {
-    /// The prepared bytes of the call [`ModelClient::send`] is making on this task.
-    /// async-openai serializes only a placeholder for the body (see
-    /// [`super::prompts::PLACEHOLDER`]); [`StatusService`] sends these bytes in its place.
-    static SENDING: WeakBody;
+    /// The body of the call [`ModelClient::send`] is making on this task, until
+    /// [`StatusService`] takes it to send it in place of async-openai's [`Placeholder`].
+    static SENDING: Cell<Option<RequestBody>>;
+}
+
+/// What async-openai is given as the request and serializes as the body: `null`
+/// ([`PLACEHOLDER`]). [`StatusService`] sends the prepared body in its place, and sends
+/// nothing if the request it is given does not carry exactly this placeholder. async-openai
+/// keeps its request for retries of its own (the harness has none): before, that was a copy
+/// of the whole body (6 kB for a judge request).
+#[derive(Debug, Clone, Copy)]
+pub struct Placeholder;
+
+/// The bytes [`Placeholder`] serializes as.
+pub const PLACEHOLDER: &[u8] = b"null";
+
+impl serde::Serialize for Placeholder {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_unit()
+    }
 }
 
 /// HTTP/1.1 connections to the model a client (one per HTTP worker) keeps open while idle,
@@ -127,7 +145,7 @@ impl tower::Service<HttpRequestFactory> for StatusService {
 
     fn call(&mut self, factory: HttpRequestFactory) -> Self::Future {
         let http = self.http.clone();
-        let prepared = SENDING.try_with(WeakBody::http_body).ok().flatten();
+        let prepared = SENDING.try_with(Cell::take).ok().flatten();
         Box::pin(async move {
             let mut request = factory.build().await?;
             drop(factory);
@@ -138,7 +156,7 @@ impl tower::Service<HttpRequestFactory> for StatusService {
                 Some(body)
                     if request.body().and_then(reqwest::Body::as_bytes) == Some(PLACEHOLDER) =>
                 {
-                    *request.body_mut() = Some(body);
+                    *request.body_mut() = Some(body.into_http_body());
                 }
                 _ => {
                     return Err(OpenAIError::InvalidArgument(
@@ -320,6 +338,12 @@ fn classify(error: OpenAIError) -> SendFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn async_openai_serializes_only_the_placeholder() {
+        // What async-openai does with the request: `serde_json::to_vec` of it.
+        assert_eq!(serde_json::to_vec(&Placeholder).unwrap(), PLACEHOLDER);
+    }
 
     #[test]
     fn invalid_requests_are_rejections_and_faults_are_not() {

@@ -231,11 +231,12 @@ async fn call<T>(
     client: &ModelClient,
     name: &'static str,
     mode: StructuredOutput,
-    request: &PreparedRequest,
+    request: PreparedRequest,
     message_bytes: u64,
     (timeout, max_output_bytes): (Duration, u64),
     parse: impl Fn(&str) -> Result<T, super::verdict::AnswerError>,
 ) -> (ProbeCall, Option<T>) {
+    let request_bytes = request.len_bytes();
     let began = Instant::now();
     let sent = tokio::time::timeout(timeout, client.send(request)).await;
     let latency_ms = began.elapsed().as_millis() as u64;
@@ -245,7 +246,7 @@ async fn call<T>(
         outcome: "ok",
         detail: None,
         latency_ms,
-        request_bytes: request.len_bytes(),
+        request_bytes,
         message_bytes,
         prompt_tokens: None,
         completion_tokens: None,
@@ -320,7 +321,7 @@ pub async fn probe(config: &Config) -> ProbeReport {
                 &client,
                 "canary",
                 mode,
-                &request,
+                request,
                 bytes,
                 (judge_timeout, config.semantic_guard.max_output_bytes),
                 parse_verdict,
@@ -393,7 +394,7 @@ pub async fn probe(config: &Config) -> ProbeReport {
                     &client,
                     "judge",
                     mode,
-                    &request,
+                    request,
                     bytes,
                     (judge_timeout, config.semantic_guard.max_output_bytes),
                     parse_verdict,
@@ -455,7 +456,7 @@ pub async fn probe(config: &Config) -> ProbeReport {
                     &client,
                     "repair",
                     mode,
-                    &request,
+                    request,
                     bytes,
                     (
                         Duration::from_millis(config.repair.timeout_ms),
@@ -511,7 +512,7 @@ pub async fn probe(config: &Config) -> ProbeReport {
                 &client,
                 "canary",
                 other,
-                &request,
+                request,
                 bytes,
                 (judge_timeout, config.semantic_guard.max_output_bytes),
                 parse_verdict,

@@ -1,12 +1,13 @@
-//! The two model requests, built once as exact bytes (CONTRACT §4).
+//! The two model requests, written as exact bytes (CONTRACT §4).
 //!
 //! Entry points: [`semantic_request`] (SemanticGuard: the query, the user-visible Draft and
 //! the verified snapshot, each fenced as data between nonce markers, nothing else) and
 //! [`repair_request`] (the Draft, its violations and the run's usable call ids as three
 //! labelled, fenced blocks, and a schema bounded by the Draft's own shape). Both return a
-//! [`PreparedRequest`] whose bytes every attempt sends unchanged.
+//! [`PreparedRequest`]: its bytes are sent as they are, and written the same way again for
+//! a second attempt (the writers are deterministic; the nonce is the release's).
 
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::{Arc, LazyLock};
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -31,8 +32,9 @@ pub struct PreparedRequest {
 ///
 /// A chat body is kept as the text written for this request with the fixed, escaped system
 /// prompt spliced in: the prompt (2.6 kB of a judge request's 6 kB) is written once per
-/// process, neither copied into each request nor held by each release waiting on the model.
-/// The HTTP body is sent as those three pieces ([`WeakBody::http_body`]).
+/// process, never copied into a request. The body is sent as those pieces
+/// ([`RequestBody::into_http_body`]), each let go once written: a release waiting on the
+/// model holds none of its request's bytes.
 #[derive(Debug, Clone)]
 pub struct RequestBody(Arc<BodyParts>);
 
@@ -61,28 +63,17 @@ impl RequestBody {
         [head, parts.fixed, tail].concat()
     }
 
-    /// A handle that does not keep the bytes alive (see [`WeakBody::http_body`]).
-    pub fn weak(&self) -> WeakBody {
-        WeakBody(Arc::downgrade(&self.0))
-    }
-
-    /// How many holders share these bytes (this one, its clones, and every HTTP body of
-    /// [`WeakBody::http_body`] not yet sent).
+    /// How many holders share these bytes (this one, its clones, and an HTTP body of
+    /// [`RequestBody::into_http_body`] not yet written out).
     pub fn holders(&self) -> usize {
         Arc::strong_count(&self.0)
     }
-}
 
-/// A request body that is not kept alive by this handle.
-#[derive(Debug, Clone)]
-pub struct WeakBody(Weak<BodyParts>);
-
-impl WeakBody {
     /// The bytes as an HTTP body of exact length (so HTTP/1.1 sends a `Content-Length`, not
-    /// chunks) while the body is alive: what the HTTP client sends. Its frames share the
-    /// bytes (no copy), and each is let go once written.
-    pub fn http_body(&self) -> Option<reqwest::Body> {
-        let parts = self.0.upgrade()?;
+    /// chunks): what the HTTP client sends. Its frames share the bytes (no copy), and each
+    /// is let go once written.
+    pub fn into_http_body(self) -> reqwest::Body {
+        let parts = self.0;
         let at = parts.at;
         let len = parts.len() as u64;
         let fixed = parts.fixed;
@@ -92,11 +83,11 @@ impl WeakBody {
             bytes::Bytes::from_static(fixed.as_bytes()),
             written.slice(at..),
         ];
-        Some(reqwest::Body::wrap(Frames {
+        reqwest::Body::wrap(Frames {
             frames,
             next: 0,
             len,
-        }))
+        })
     }
 }
 
@@ -148,20 +139,6 @@ impl http_body::Body for Frames {
     }
 }
 
-/// What async-openai serializes for a body, and then holds for its own retries (the
-/// harness turns those off): `null`, four bytes. [`super::client`]'s HTTP service sends
-/// the prepared bytes in its place ([`WeakBody::http_body`]), and sends nothing if the
-/// request it is given does not carry exactly this placeholder. Before, async-openai wrote
-/// a copy of the whole body here (6 kB for a judge request), which was then compared with
-/// the prepared bytes to be dropped.
-pub const PLACEHOLDER: &[u8] = b"null";
-
-impl Serialize for RequestBody {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_unit()
-    }
-}
-
 impl PreparedRequest {
     /// Takes the written bytes as they are, with the fixed part to splice in at `at`, so
     /// that every attempt sends them unchanged. They are not parsed again: the writers emit
@@ -200,6 +177,11 @@ impl PreparedRequest {
     /// The exact bytes sent.
     pub fn body(&self) -> &RequestBody {
         &self.body
+    }
+
+    /// The bytes, to be sent (and let go as they are written).
+    pub fn into_body(self) -> RequestBody {
+        self.body
     }
 
     pub fn len_bytes(&self) -> u64 {
@@ -595,18 +577,10 @@ mod tests {
     use crate::domain::identifiers::RunIdentifiers;
     use crate::domain::snapshot::SnapshotLimits;
 
-    #[test]
-    fn async_openai_serializes_only_the_placeholder() {
-        // What async-openai does with the body: `serde_json::to_vec` of it.
-        let request = PreparedRequest::from_json(&json!({"model": "m"}), 8).unwrap();
-        assert_eq!(serde_json::to_vec(request.body()).unwrap(), PLACEHOLDER);
-        assert_eq!(serde_json::to_vec(&request.body()).unwrap(), PLACEHOLDER);
-    }
-
     /// The bytes the HTTP body gives out, frame by frame, and the length it announced.
     fn sent(body: &RequestBody) -> (Vec<u8>, Option<u64>) {
         use http_body::Body as _;
-        let mut http = body.weak().http_body().unwrap();
+        let mut http = body.clone().into_http_body();
         let announced = http.size_hint().exact();
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
@@ -653,11 +627,44 @@ mod tests {
     }
 
     #[test]
-    fn the_http_body_of_a_dropped_request_is_none() {
-        let request = PreparedRequest::from_json(&json!({"a": 1}), 8).unwrap();
-        let weak = request.body().weak();
-        drop(request);
-        assert!(weak.http_body().is_none());
+    fn the_http_body_lets_the_bytes_go_as_they_are_written() {
+        use http_body::Body as _;
+        let request = PreparedRequest::from_json(&json!({"a": "b".repeat(100)}), 8).unwrap();
+        let kept = request.body().clone();
+        let mut http = request.into_body().into_http_body();
+        assert_eq!(
+            kept.holders(),
+            2,
+            "the body in flight shares the bytes, no copy"
+        );
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let frame = std::pin::Pin::new(&mut http).poll_frame(&mut cx);
+        assert!(matches!(frame, std::task::Poll::Ready(Some(Ok(_)))));
+        drop(frame);
+        assert_eq!(kept.holders(), 1, "a written frame holds nothing");
+    }
+
+    #[test]
+    fn a_request_written_again_is_the_same_bytes() {
+        let draft = good_draft();
+        let run = run_evidence().resolve(&draft.cited_call_ids());
+        let ids = RunIdentifiers::of_run(&run, "aiops");
+        let redact = Redactor::new(&ids, CopyLimits::default());
+        let snapshot = VerifiedSnapshot::build(&draft, &run, &SnapshotLimits::default(), &redact);
+        let write = || {
+            semantic_request(
+                &shape(StructuredOutput::JsonSchema),
+                "Why?",
+                &draft,
+                &snapshot,
+                "n0nce",
+            )
+            .unwrap()
+            .body()
+            .to_text()
+        };
+        assert_eq!(write(), write());
     }
 
     fn shape(mode: StructuredOutput) -> RequestShape<'static> {
