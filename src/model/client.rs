@@ -345,6 +345,33 @@ mod tests {
         assert_eq!(serde_json::to_vec(&Placeholder).unwrap(), PLACEHOLDER);
     }
 
+    /// A request that is not `ModelClient::send`'s (no prepared body on the task, or a body
+    /// that is not the placeholder) never reaches the server.
+    #[tokio::test]
+    async fn only_a_prepared_body_is_sent() {
+        let server = wiremock::MockServer::start().await;
+        let mut config = crate::config::Config::defaults().model;
+        config.base_url = server.uri();
+        let client = ModelClient::new(&config).unwrap();
+        let other = client
+            .client
+            .chat()
+            .create_byot::<Value, Envelope>(serde_json::json!({"model": "m", "messages": []}))
+            .await;
+        assert!(matches!(other, Err(OpenAIError::InvalidArgument(_))));
+        let unprepared = client
+            .client
+            .chat()
+            .create_byot::<Placeholder, Envelope>(Placeholder)
+            .await;
+        assert!(matches!(unprepared, Err(OpenAIError::InvalidArgument(_))));
+        assert!(server
+            .received_requests()
+            .await
+            .unwrap_or_default()
+            .is_empty());
+    }
+
     #[test]
     fn invalid_requests_are_rejections_and_faults_are_not() {
         assert!(is_rejection(400, ""));
