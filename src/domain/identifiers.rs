@@ -257,13 +257,19 @@ impl RunIdentifiers {
     /// `text` as literal pieces and identifiers, left to right. Lazy: a caller that needs
     /// only the first few hundred bytes of a large text reads only about that much of it.
     pub fn pieces<'a>(&'a self, text: &'a str) -> Pieces<'a> {
+        // A text too short to hold an identifier is not searched: it is one literal piece.
+        let ahead = if text.len() < self.shortest {
+            Ahead::Nowhere
+        } else {
+            Ahead::Unsearched
+        };
         Pieces {
             ids: self,
             text,
             pos: 0,
             pending: None,
-            marker_ahead: Ahead::default(),
-            id_ahead: Ahead::default(),
+            marker_ahead: ahead,
+            id_ahead: ahead,
         }
     }
 
@@ -538,7 +544,8 @@ mod tests {
             let slow = RunIdentifiers { starts: Starts::Everywhere, ..fast.clone() };
             let a: Vec<_> = fast.pieces(&text).collect();
             let b: Vec<_> = slow.pieces(&text).collect();
-            // `first_in` (which skips a text too short for any identifier) finds the first
+            // (The fast split and `first_in` skip a text too short for any identifier; the
+            // slow one tries every position of every text.) `first_in` finds the first
             // identifier of the split.
             let first = b.iter().find_map(|piece| match piece {
                 Piece::Text(_) => None,
@@ -548,6 +555,31 @@ mod tests {
             proptest::prop_assert_eq!(a, b);
             proptest::prop_assert_eq!(fast.first_in(&text), first);
         }
+    }
+
+    /// A text exactly as long as the run's shortest identifier is still searched (shorter
+    /// ones are not: they cannot hold one).
+    #[test]
+    fn a_text_as_short_as_an_identifier_is_searched() {
+        for ids in [
+            vec!["c-1", "c-1.b"],
+            vec!["call-1", "call-12", "ca"],
+            vec!["c-1", "a.b", "1", "p:"],
+            vec!["é1", "é2"],
+        ] {
+            let run = RunIdentifiers::new(ids.clone(), "aiops");
+            for id in ids {
+                assert_eq!(run.first_in(id), Some(Found::CallId(id.to_string())));
+                assert_eq!(run.pieces(id).collect::<Vec<_>>(), vec![Piece::CallId(id)]);
+            }
+        }
+        let keys_only = RunIdentifiers::new(Vec::<String>::new(), "aiops");
+        assert_eq!(keys_only.first_in("aiops:run:"), Some(Found::RedisKey));
+        assert_eq!(keys_only.first_in("aiops:run"), None);
+        assert_eq!(
+            keys_only.pieces("aiops:run:").collect::<Vec<_>>(),
+            vec![Piece::RedisKey("aiops:run:")]
+        );
     }
 
     #[test]
