@@ -187,6 +187,15 @@ impl<'a> Piece<'a> {
             Piece::RedisKey(_) => REDIS_KEY_MASK,
         }
     }
+
+    /// The identifier this piece is, if it is one.
+    pub fn found(&self) -> Option<Found> {
+        match self {
+            Piece::Text(_) => None,
+            Piece::CallId(id) => Some(Found::CallId(id.to_string())),
+            Piece::RedisKey(_) => Some(Found::RedisKey),
+        }
+    }
 }
 
 impl RunIdentifiers {
@@ -278,17 +287,10 @@ impl RunIdentifiers {
         self.pieces(text).map(|piece| piece.masked()).collect()
     }
 
-    /// The first identifier in `text`, if any.
+    /// The first identifier in `text`, if any. A text too short for one (as most of a
+    /// scope's values are) is not searched: see [`RunIdentifiers::pieces`].
     pub fn first_in(&self, text: &str) -> Option<Found> {
-        // Most texts checked are a scope's short values: no search needed.
-        if text.len() < self.shortest {
-            return None;
-        }
-        self.pieces(text).find_map(|piece| match piece {
-            Piece::Text(_) => None,
-            Piece::CallId(id) => Some(Found::CallId(id.to_string())),
-            Piece::RedisKey(_) => Some(Found::RedisKey),
-        })
+        self.pieces(text).find_map(|piece| piece.found())
     }
 
     /// The length of a call id that ends `text` as a whole token (the end counts as a
@@ -544,14 +546,10 @@ mod tests {
             let slow = RunIdentifiers { starts: Starts::Everywhere, ..fast.clone() };
             let a: Vec<_> = fast.pieces(&text).collect();
             let b: Vec<_> = slow.pieces(&text).collect();
-            // (The fast split and `first_in` skip a text too short for any identifier; the
-            // slow one tries every position of every text.) `first_in` finds the first
-            // identifier of the split.
-            let first = b.iter().find_map(|piece| match piece {
-                Piece::Text(_) => None,
-                Piece::CallId(id) => Some(Found::CallId(id.to_string())),
-                Piece::RedisKey(_) => Some(Found::RedisKey),
-            });
+            // (The fast split skips a text too short for any identifier; the slow one tries
+            // every position of every text.) `first_in` finds the first identifier of the
+            // split.
+            let first = b.iter().find_map(Piece::found);
             proptest::prop_assert_eq!(a, b);
             proptest::prop_assert_eq!(fast.first_in(&text), first);
         }
