@@ -75,19 +75,13 @@ impl RequestBody {
     pub fn into_http_body(self) -> reqwest::Body {
         let parts = self.0;
         let at = parts.at;
-        let len = parts.len() as u64;
         let fixed = parts.fixed;
         let written = bytes::Bytes::from_owner(Written(parts));
-        let frames = [
+        reqwest::Body::wrap(Frames([
             written.slice(..at),
             bytes::Bytes::from_static(fixed.as_bytes()),
             written.slice(at..),
-        ];
-        reqwest::Body::wrap(Frames {
-            frames,
-            next: 0,
-            len,
-        })
+        ]))
     }
 }
 
@@ -100,14 +94,10 @@ impl AsRef<[u8]> for Written {
     }
 }
 
-/// A body's pieces, in order, as HTTP body frames (an empty piece is skipped).
-struct Frames {
-    frames: [bytes::Bytes; 3],
-    /// The first piece not yet given out.
-    next: usize,
-    /// Bytes not yet given out.
-    len: u64,
-}
+/// A body's pieces, in order, as HTTP body frames: each is taken (left empty) as it is
+/// given out, so that its share of the bytes is let go once written. An empty piece is
+/// skipped.
+struct Frames([bytes::Bytes; 3]);
 
 impl http_body::Body for Frames {
     type Data = bytes::Bytes;
@@ -117,25 +107,16 @@ impl http_body::Body for Frames {
         self: std::pin::Pin<&mut Self>,
         _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        let this = self.get_mut();
-        while let Some(piece) = this.frames.get_mut(this.next) {
-            this.next += 1;
-            if !piece.is_empty() {
-                // Taken, so that its share of the bytes is let go once written.
-                let frame = std::mem::take(piece);
-                this.len -= frame.len() as u64;
-                return std::task::Poll::Ready(Some(Ok(http_body::Frame::data(frame))));
-            }
-        }
-        std::task::Poll::Ready(None)
+        let next = self.get_mut().0.iter_mut().find(|piece| !piece.is_empty());
+        std::task::Poll::Ready(next.map(|piece| Ok(http_body::Frame::data(std::mem::take(piece)))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.len == 0
+        self.0.iter().all(bytes::Bytes::is_empty)
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        http_body::SizeHint::with_exact(self.len)
+        http_body::SizeHint::with_exact(self.0.iter().map(|piece| piece.len() as u64).sum())
     }
 }
 
@@ -339,8 +320,9 @@ static REPAIR_SYSTEM: LazyLock<String> = LazyLock::new(|| escaped(REPAIR_SYSTEM_
 fn escaped(text: &str) -> String {
     let mut out = Vec::with_capacity(text.len() + 64);
     body::push_escaped(&mut out, text.as_bytes(), false);
-    // The escaper writes UTF-8 text as UTF-8 (escapes are ASCII).
-    String::from_utf8(out).unwrap_or_default()
+    // The escaper writes UTF-8 text as UTF-8 (escapes are ASCII), so nothing is replaced;
+    // never an empty prompt, whatever happens.
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Writes a chat body around a user message: everything up to the user message's content,
