@@ -92,21 +92,8 @@ async fn judge(job: Rc<JudgeJob>, msg: Judge) -> StepOutcome<Judgement> {
     };
     // Every attempt sends the same bytes: one nonce, and the writers are deterministic. A
     // sent request's bytes are let go as they leave (a release waiting on the model holds
-    // none of them), so a second attempt writes them again.
+    // none of them), so each attempt writes them.
     let nonce = new_nonce();
-    let write = || {
-        semantic_request(
-            &shape,
-            &msg.query,
-            &msg.judged.draft,
-            &msg.judged.snapshot,
-            &nonce,
-        )
-    };
-    let mut first = match write() {
-        Ok(r) => Some(r),
-        Err(_) => return StepOutcome::Done(Judgement::Unavailable),
-    };
     let deadline = Instant::now() + Duration::from_millis(settings.total_timeout_ms);
     let attempt_timeout = Duration::from_millis(settings.attempt_timeout_ms);
     for number in 1..=settings.max_attempts {
@@ -119,9 +106,15 @@ async fn judge(job: Rc<JudgeJob>, msg: Judge) -> StepOutcome<Judgement> {
             max_output_bytes: settings.max_output_bytes,
             timeout: attempt_timeout.min(remaining),
         };
-        let request = match first.take().map_or_else(write, Ok) {
-            Ok(r) => r,
-            Err(_) => break,
+        // A request that cannot be written leaves the guard unavailable.
+        let Ok(request) = semantic_request(
+            &shape,
+            &msg.query,
+            &msg.judged.draft,
+            &msg.judged.snapshot,
+            &nonce,
+        ) else {
+            break;
         };
         let check_marker = number > 1 || !msg.marker_read;
         match attempt(
