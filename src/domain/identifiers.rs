@@ -267,7 +267,7 @@ impl RunIdentifiers {
     /// only the first few hundred bytes of a large text reads only about that much of it.
     pub fn pieces<'a>(&'a self, text: &'a str) -> Pieces<'a> {
         // A text too short to hold an identifier is not searched: it is one literal piece.
-        let ahead = if text.len() < self.shortest {
+        let ahead = if self.too_short(text) {
             Ahead::Nowhere
         } else {
             Ahead::Unsearched
@@ -287,10 +287,18 @@ impl RunIdentifiers {
         self.pieces(text).map(|piece| piece.masked()).collect()
     }
 
-    /// The first identifier in `text`, if any. A text too short for one (as most of a
-    /// scope's values are) is not searched: see [`RunIdentifiers::pieces`].
+    /// The first identifier in `text`, if any.
     pub fn first_in(&self, text: &str) -> Option<Found> {
+        // Most texts checked are a scope's short values: not even a split to start.
+        if self.too_short(text) {
+            return None;
+        }
         self.pieces(text).find_map(|piece| piece.found())
+    }
+
+    /// Whether `text` is shorter than any identifier of the run, so holds none.
+    fn too_short(&self, text: &str) -> bool {
+        text.len() < self.shortest
     }
 
     /// The length of a call id that ends `text` as a whole token (the end counts as a
@@ -546,9 +554,9 @@ mod tests {
             let slow = RunIdentifiers { starts: Starts::Everywhere, ..fast.clone() };
             let a: Vec<_> = fast.pieces(&text).collect();
             let b: Vec<_> = slow.pieces(&text).collect();
-            // (The fast split skips a text too short for any identifier; the slow one tries
-            // every position of every text.) `first_in` finds the first identifier of the
-            // split.
+            // (The fast split and `first_in` skip a text too short for any identifier; the
+            // slow one tries every position of every text.) `first_in` finds the first
+            // identifier of the split.
             let first = b.iter().find_map(Piece::found);
             proptest::prop_assert_eq!(a, b);
             proptest::prop_assert_eq!(fast.first_in(&text), first);
