@@ -350,13 +350,15 @@ mod tests {
 
     fn store_calls(store: &MemoryStore, run: &str) -> Vec<String> {
         let s = Store::Memory(store.clone());
-        futures::executor::block_on(s.load_evidence(
-            run,
-            &[],
-            100,
-            crate::config::Config::defaults().record_limits(),
-        ))
-        .unwrap()
-        .calls
+        let reading = crate::store::Reading {
+            cited: &[],
+            max_calls: 100,
+            limits: crate::config::Config::defaults().record_limits(),
+        };
+        let begin = s.begin(run, "reader/1", std::time::Duration::from_secs(1), reading);
+        match futures::executor::block_on(begin).unwrap() {
+            crate::store::Begin::Taken(evidence) => evidence.calls,
+            _ => panic!("the reader did not take the lock"),
+        }
     }
 }

@@ -13,8 +13,10 @@ use std::time::Duration;
 use common::{redis_url, unique_prefix};
 use redis::AsyncCommands;
 use release_harness::config::Config;
+use release_harness::domain::evidence_guard::RunEvidence;
 use release_harness::store::{
-    Begin, Commit, Committed, MemoryStore, RecordLimits, RedisStore, Store, Watch, Watched,
+    Begin, Commit, Committed, MemoryStore, Reading, RecordLimits, RedisStore, Store, StoreError,
+    Watch, Watched,
 };
 
 fn config(prefix: &str) -> Config {
@@ -77,15 +79,14 @@ async fn every_script_is_sent_again_after_redis_forgot_it() {
         write_record(&mut conn, &prefix, "r-1", call).await;
     }
     forget_scripts().await;
-    assert_eq!(
-        store.begin("r-1", "me/1", LEASE).await.unwrap(),
-        Begin::Taken { cancelled: false }
-    );
-    forget_scripts().await;
-    let mut evidence = store
-        .load_evidence("r-1", &["c-1".into()], 10, LIMITS)
-        .await
-        .unwrap();
+    let reading = Reading {
+        cited: &["c-1".into()],
+        ..NOTHING_CITED
+    };
+    let Begin::Taken(mut evidence) = store.begin("r-1", "me/1", LEASE, reading).await.unwrap()
+    else {
+        panic!("the lock was free");
+    };
     assert_eq!(evidence.records["c-1"].get("tool_call_id"), Some("c-1"));
     forget_scripts().await;
     store
@@ -95,9 +96,8 @@ async fn every_script_is_sent_again_after_redis_forgot_it() {
     assert_eq!(evidence.records["c-2"].get("tool_call_id"), Some("c-2"));
     forget_scripts().await;
     store.unlock("r-1", "me/1").await.unwrap();
-    assert_eq!(
-        store.begin("r-1", "me/2", LEASE).await.unwrap(),
-        Begin::Taken { cancelled: false },
+    assert!(
+        matches!(begin(&store, "r-1", "me/2").await, Begin::Taken(_)),
         "the unlock freed the lock"
     );
     forget_scripts().await;
@@ -133,15 +133,15 @@ async fn records_are_read_under_the_contract_keys_in_one_pipeline() {
     // A record of another run with the same call id is not this run's.
     write_record(&mut conn, &prefix, "r-41", "c-3").await;
 
-    let evidence = store
-        .load_evidence(
-            "r-42",
-            &["c-9".into(), "c-ghost".into(), " ".into()],
-            1000,
-            LIMITS,
-        )
-        .await
-        .unwrap();
+    let evidence = read_run(
+        &store,
+        "r-42",
+        &["c-9".into(), "c-ghost".into(), " ".into()],
+        1000,
+        LIMITS,
+    )
+    .await
+    .unwrap();
     assert_eq!(evidence.calls, vec!["c-1", "c-2", "c-3"]);
     let mut ids: Vec<_> = evidence.records.keys().cloned().collect();
     ids.sort();
@@ -152,7 +152,7 @@ async fn records_are_read_under_the_contract_keys_in_one_pipeline() {
     );
     assert_eq!(evidence.records["c-9"].get("lifecycle"), Some("READY"));
 
-    let recent = store.load_evidence("r-42", &[], 2, LIMITS).await.unwrap();
+    let recent = read_run(&store, "r-42", &[], 2, LIMITS).await.unwrap();
     assert_eq!(
         recent.calls,
         vec!["c-2", "c-3"],
@@ -178,8 +178,7 @@ async fn the_harness_never_writes_the_agents_keys() {
         .await
         .unwrap();
     let before: BTreeMap<String, String> = conn.hgetall(&key).await.unwrap();
-    store
-        .load_evidence("r-1", &["c-1".into()], 10, LIMITS)
+    read_run(&store, "r-1", &["c-1".into()], 10, LIMITS)
         .await
         .unwrap();
     let after: BTreeMap<String, String> = conn.hgetall(&key).await.unwrap();
@@ -213,15 +212,49 @@ const LIMITS: RecordLimits = RecordLimits {
     max_release_bytes: 4_194_304,
 };
 
+/// What a release reads when it cites nothing: the records of its most recent calls.
+const NOTHING_CITED: Reading<'static> = Reading {
+    cited: &[],
+    max_calls: 10,
+    limits: LIMITS,
+};
+
+/// Begins a release of `run` with `token` for one lease.
+async fn begin(store: &Store, run: &str, token: &str) -> Begin {
+    store.begin(run, token, LEASE, NOTHING_CITED).await.unwrap()
+}
+
+/// The run's evidence as a release reads it while it takes the lock (the begin script,
+/// with a reader's token; the lock is freed again).
+async fn read_run(
+    store: &Store,
+    run: &str,
+    cited: &[String],
+    max_calls: usize,
+    limits: RecordLimits,
+) -> Result<RunEvidence, StoreError> {
+    let reading = Reading {
+        cited,
+        max_calls,
+        limits,
+    };
+    let begin = store.begin(run, "reader/1", LEASE, reading).await?;
+    store.unlock(run, "reader/1").await?;
+    match begin {
+        Begin::Taken(evidence) => Ok(*evidence),
+        other => panic!("the reader did not take the lock: {other:?}"),
+    }
+}
+
 #[actix_rt::test]
 async fn the_fenced_commit_stores_result_and_audit_together_with_a_ttl_and_frees_the_lock() {
     let prefix = unique_prefix("results");
     for store in stores(&prefix) {
         assert_eq!(store.get_result("r-7").await.unwrap(), None);
-        assert_eq!(
-            store.begin("r-7", "me/1", LEASE).await.unwrap(),
-            Begin::Taken { cancelled: false }
-        );
+        assert!(matches!(
+            begin(&store, "r-7", "me/1").await,
+            Begin::Taken(_)
+        ));
         let ok = "{\"outcome\":\"SUCCESS\"}";
         assert_eq!(
             store.commit("r-7", "me/1", &commit(ok)).await.unwrap(),
@@ -233,7 +266,7 @@ async fn the_fenced_commit_stores_result_and_audit_together_with_a_ttl_and_frees
             Some("{\"run_id\":\"r\",\"outcome\":\"SUCCESS\"}")
         );
         assert_eq!(
-            store.begin("r-7", "other/2", LEASE).await.unwrap(),
+            begin(&store, "r-7", "other/2").await,
             Begin::Stored(ok.into()),
             "the lock was freed and the stored result answers every later release"
         );
@@ -257,16 +290,12 @@ async fn the_fenced_commit_stores_result_and_audit_together_with_a_ttl_and_frees
 async fn the_lock_is_a_lease_with_one_holder_that_only_its_holder_renews_or_frees() {
     let prefix = unique_prefix("lock");
     for store in stores(&prefix) {
-        assert_eq!(
-            store.begin("r-1", "a/1", LEASE).await.unwrap(),
-            Begin::Taken { cancelled: false }
-        );
-        assert_eq!(
-            store.begin("r-1", "a/1", LEASE).await.unwrap(),
-            Begin::Taken { cancelled: false },
+        assert!(matches!(begin(&store, "r-1", "a/1").await, Begin::Taken(_)));
+        assert!(
+            matches!(begin(&store, "r-1", "a/1").await, Begin::Taken(_)),
             "the holder may begin again"
         );
-        match store.begin("r-1", "b/2", LEASE).await.unwrap() {
+        match begin(&store, "r-1", "b/2").await {
             Begin::Locked { token, remaining } => {
                 assert_eq!(token, "a/1");
                 assert_eq!(release_harness::store::lock_holder(&token), Some("a"));
@@ -276,10 +305,7 @@ async fn the_lock_is_a_lease_with_one_holder_that_only_its_holder_renews_or_free
         }
         store.unlock("r-1", "b/2").await.unwrap();
         assert!(
-            matches!(
-                store.begin("r-1", "c/3", LEASE).await.unwrap(),
-                Begin::Locked { .. }
-            ),
+            matches!(begin(&store, "r-1", "c/3").await, Begin::Locked { .. }),
             "a stranger cannot free the lock"
         );
         let watched = [
@@ -296,10 +322,7 @@ async fn the_lock_is_a_lease_with_one_holder_that_only_its_holder_renews_or_free
         assert_eq!(found[0].renewed, Some(true));
         assert_eq!(found[1].renewed, Some(false), "only the holder renews");
         store.unlock("r-1", "a/1").await.unwrap();
-        assert_eq!(
-            store.begin("r-1", "d/4", LEASE).await.unwrap(),
-            Begin::Taken { cancelled: false }
-        );
+        assert!(matches!(begin(&store, "r-1", "d/4").await, Begin::Taken(_)));
     }
     let mut conn = raw().await;
     let pttl: i64 = conn
@@ -316,7 +339,7 @@ async fn a_release_whose_lock_was_taken_over_or_expired_cannot_store() {
     let mut conn = raw().await;
     let lock = format!("{prefix}:release:{{r-2}}:lock");
     // Taken over: the key now holds another token.
-    redis_store.begin("r-2", "a/1", LEASE).await.unwrap();
+    begin(&redis_store, "r-2", "a/1").await;
     let _: () = conn.set(&lock, "b/2").await.unwrap();
     assert_eq!(
         redis_store
@@ -343,7 +366,7 @@ async fn a_release_whose_lock_was_taken_over_or_expired_cannot_store() {
     );
     // Expired: a short lease runs out before the commit.
     redis_store
-        .begin("r-3", "a/1", Duration::from_millis(50))
+        .begin("r-3", "a/1", Duration::from_millis(50), NOTHING_CITED)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(120)).await;
@@ -361,7 +384,7 @@ async fn a_release_whose_lock_was_taken_over_or_expired_cannot_store() {
 async fn a_marker_present_at_the_commit_stores_cancelled_instead() {
     let prefix = unique_prefix("commit-cancel");
     for store in stores(&prefix) {
-        store.begin("r-4", "a/1", LEASE).await.unwrap();
+        begin(&store, "r-4", "a/1").await;
         store.cancel("r-4").await.unwrap();
         assert_eq!(
             store
@@ -380,10 +403,7 @@ async fn a_marker_present_at_the_commit_stores_cancelled_instead() {
         );
         // A marker set before the release: begin reports it.
         store.cancel("r-5").await.unwrap();
-        assert_eq!(
-            store.begin("r-5", "a/1", LEASE).await.unwrap(),
-            Begin::Taken { cancelled: true }
-        );
+        assert_eq!(begin(&store, "r-5", "a/1").await, Begin::Cancelled);
         let found = store
             .watch(
                 &[Watched {
@@ -438,7 +458,7 @@ async fn an_unreachable_redis_is_a_typed_error_not_a_hang() {
     let err = store.get_result("r-1").await.unwrap_err();
     assert_eq!(err.op, "get_result");
     assert!(store.ping().await.is_err());
-    assert!(store.load_evidence("r-1", &[], 10, LIMITS).await.is_err());
+    assert!(read_run(&store, "r-1", &[], 10, LIMITS).await.is_err());
 }
 
 #[actix_rt::test]
@@ -479,10 +499,7 @@ async fn hostile_records_are_unusable_calls_with_a_rule_never_store_errors() {
     let cited: Vec<String> = ["c-ok", "c-bin", "c-str", "c-list", "c-big", "c-none"]
         .map(String::from)
         .to_vec();
-    let evidence = store
-        .load_evidence("r-1", &cited, 10, LIMITS)
-        .await
-        .unwrap();
+    let evidence = read_run(&store, "r-1", &cited, 10, LIMITS).await.unwrap();
     assert!(evidence.records.contains_key("c-ok"));
     // Every field the harness reads arrives, and nothing else (not raw_response).
     let read: Vec<(&str, &str)> = evidence.records["c-ok"].iter().collect();
@@ -538,8 +555,7 @@ async fn the_release_budget_bounds_what_is_loaded_cited_records_first() {
         max_record_bytes: 10_000,
         max_release_bytes: 3_200,
     };
-    let evidence = store
-        .load_evidence("r-2", &["c-0".into()], 100, limits)
+    let evidence = read_run(&store, "r-2", &["c-0".into()], 100, limits)
         .await
         .unwrap();
     let mut loaded: Vec<_> = evidence.records.keys().cloned().collect();
@@ -569,8 +585,7 @@ async fn a_calls_key_of_the_wrong_type_makes_every_call_unusable() {
         )
         .await
         .unwrap();
-    let evidence = store
-        .load_evidence("r-3", &["c-1".into()], 10, LIMITS)
+    let evidence = read_run(&store, "r-3", &["c-1".into()], 10, LIMITS)
         .await
         .unwrap();
     assert!(evidence.calls.is_empty());
@@ -584,7 +599,7 @@ async fn a_calls_key_of_the_wrong_type_makes_every_call_unusable() {
         )
         .await
         .unwrap();
-    let evidence = store.load_evidence("r-4", &[], 10, LIMITS).await.unwrap();
+    let evidence = read_run(&store, "r-4", &[], 10, LIMITS).await.unwrap();
     assert_eq!(evidence.calls, vec!["c-1"]);
 }
 
@@ -598,10 +613,13 @@ async fn with_min_replicas_ack_a_flushed_script_is_loaded_again_and_too_few_acks
     c.redis.min_replicas_ack_timeout_ms = 100;
     let store = Store::Redis(RedisStore::new(&c.redis).unwrap());
     let lease = Duration::from_secs(5);
-    assert_eq!(
-        store.begin("r-wait", "me/1", lease).await.unwrap(),
-        Begin::Taken { cancelled: false }
-    );
+    assert!(matches!(
+        store
+            .begin("r-wait", "me/1", lease, NOTHING_CITED)
+            .await
+            .unwrap(),
+        Begin::Taken(_)
+    ));
     // A node that forgot its scripts (a restarted or promoted master): EVALSHA fails with
     // NOSCRIPT inside the commit+WAIT pipeline, the script is loaded and the pipeline sent again.
     forget_scripts().await;
@@ -618,7 +636,10 @@ async fn with_min_replicas_ack_a_flushed_script_is_loaded_again_and_too_few_acks
         "the result is on the master"
     );
     assert_eq!(
-        store.begin("r-wait", "me/2", lease).await.unwrap(),
+        store
+            .begin("r-wait", "me/2", lease, NOTHING_CITED)
+            .await
+            .unwrap(),
         Begin::Stored("{\"outcome\":\"SUCCESS\"}".into()),
         "a retry answers it"
     );

@@ -46,7 +46,7 @@ impl MemoryStore {
         self.data().calls.insert(run.to_string(), calls);
     }
 
-    pub(super) fn begin(&self, run: &str, token: &str) -> Begin {
+    pub(super) fn begin(&self, run: &str, token: &str, reading: super::Reading<'_>) -> Begin {
         let mut data = self.data();
         if let Some((result, _)) = data.results.get(run) {
             return Begin::Stored(result.clone());
@@ -58,9 +58,12 @@ impl MemoryStore {
             },
             _ => {
                 data.locks.insert(run.to_string(), token.to_string());
-                Begin::Taken {
-                    cancelled: data.cancelled.contains(run),
+                if data.cancelled.contains(run) {
+                    return Begin::Cancelled;
                 }
+                drop(data);
+                let (calls, loaded) = self.load(run, reading);
+                Begin::Taken(Box::new(super::evidence(run, calls, loaded)))
             }
         }
     }
@@ -77,23 +80,22 @@ impl MemoryStore {
         )
     }
 
-    /// The marker, the calls list and the records of `cited` and of the listed calls (most
-    /// recent first), as the Redis store's load script reads them.
+    /// The calls list and the records of the cited ids and of the listed calls (most
+    /// recent first), as the Redis store's scripts read them.
     pub(super) fn load(
         &self,
         run: &str,
-        cited: &[String],
-        max_calls: usize,
-        limits: super::RecordLimits,
-    ) -> (bool, CallsList, LoadedRecords) {
-        let calls = self.calls(run, max_calls);
+        reading: super::Reading<'_>,
+    ) -> (CallsList, LoadedRecords) {
+        let (cited, limits) = (reading.cited, reading.limits);
+        let calls = self.calls(run, reading.max_calls);
         let listed = match &calls {
             CallsList::Ids(ids) => ids.as_slice(),
             CallsList::Unreadable(_) => &[],
         };
         let ids = super::lookup_ids(cited.iter().chain(listed.iter().rev()));
         let loaded = self.records(run, &ids, limits.max_record_bytes, limits.max_release_bytes);
-        (self.is_cancelled(run), calls, loaded)
+        (calls, loaded)
     }
 
     /// The guard's fields of each record, within the same limits as the Redis store.

@@ -120,14 +120,27 @@ impl StoreError {
 }
 
 /// How the start of a release went ([`Store::begin`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Begin {
     /// A result is stored: it is the answer, nothing else happens.
     Stored(String),
     /// Another release holds the run's lock (its token) for `remaining` more at most.
     Locked { token: String, remaining: Duration },
-    /// This release holds the lock now; `cancelled` tells whether the marker is set.
-    Taken { cancelled: bool },
+    /// This release holds the lock now, and the run's cancel marker is set: nothing was read.
+    Cancelled,
+    /// This release holds the lock now and the marker is not set: the run's evidence, read
+    /// in the same step as [`Store::begin`]'s `reading` asked.
+    Taken(Box<RunEvidence>),
+}
+
+/// What a release reads of its run when it takes the lock ([`Store::begin`]): the
+/// records of the `cited` ids and of the calls list's most recent `max_calls`, within
+/// `limits`.
+#[derive(Debug, Clone, Copy)]
+pub struct Reading<'a> {
+    pub cited: &'a [String],
+    pub max_calls: usize,
+    pub limits: RecordLimits,
 }
 
 /// What a release stores in its fenced commit: the decided result and, for a cancel marker
@@ -197,14 +210,6 @@ pub struct LoadedRecords {
     pub bytes: u64,
 }
 
-/// What a release read of its run ([`Store::load`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Loaded {
-    /// The cancel marker was set when the evidence was read.
-    pub cancelled: bool,
-    pub evidence: RunEvidence,
-}
-
 /// A record whose guard fields total `size` bytes, over `evidence.max_record_bytes`.
 fn record_too_large(size: u64, max_record_bytes: u64) -> CallRejection {
     CallRejection::new(
@@ -241,6 +246,27 @@ fn count_bad_records(loaded: &LoadedRecords) {
     }
 }
 
+/// A run's evidence as read: an unusable calls list and unreadable records are counted in
+/// `harness_bad_records_total`.
+fn evidence(run: &str, calls: CallsList, loaded: LoadedRecords) -> RunEvidence {
+    let (calls, calls_unreadable) = match calls {
+        CallsList::Ids(ids) => (ids, None),
+        CallsList::Unreadable(why) => {
+            telemetry::bad_record(bad_record_reason(why.rule));
+            (Vec::new(), Some(why))
+        }
+    };
+    count_bad_records(&loaded);
+    RunEvidence {
+        run_id: run.to_string(),
+        calls,
+        records: loaded.records,
+        unreadable: loaded.unreadable,
+        calls_unreadable,
+        loaded_bytes: loaded.bytes,
+    }
+}
+
 /// Ids that can name a record: blank and over-long ids never reach the store.
 fn lookup_ids<'a>(ids: impl Iterator<Item = &'a String>) -> Vec<String> {
     let mut seen = foldhash::HashSet::default();
@@ -270,67 +296,29 @@ impl Store {
     }
 
     /// The start of a release, in one round trip: the stored result, or who holds the
-    /// run's lock, or the lock taken for `lease` with the cancel marker's state.
+    /// run's lock, or the lock taken for `lease` and, unless the cancel marker is set, the
+    /// run read as `reading` asks: the run's calls list (its most recent `max_calls`) and
+    /// the records of the cited ids and of those calls (cited first, then the most recent
+    /// calls, within `limits.max_release_bytes`). Records that are not hashes, not UTF-8 or
+    /// over a limit are unusable calls, and a calls key that is not a list makes every call
+    /// unusable: the agent's data, counted in `harness_bad_records_total`, never a store
+    /// error.
     pub async fn begin(
         &self,
         run: &str,
         token: &str,
         lease: Duration,
+        reading: Reading<'_>,
     ) -> Result<Begin, StoreError> {
+        let cited = lookup_ids(reading.cited.iter());
+        let reading = Reading {
+            cited: &cited,
+            ..reading
+        };
         match self {
-            Store::Memory(s) => Ok(s.begin(run, token)),
-            Store::Redis(s) => s.begin(run, token, lease).await,
+            Store::Memory(s) => Ok(s.begin(run, token, reading)),
+            Store::Redis(s) => s.begin(run, token, lease, reading).await,
         }
-    }
-
-    /// Everything a release reads of its run, in one round trip: whether the cancel
-    /// marker is set, the run's calls list (its most recent `max_calls`) and the records of
-    /// the cited ids and of those calls (cited first, then the most recent calls, within
-    /// `limits.max_release_bytes`). Records that are not hashes, not UTF-8 or over a limit
-    /// are unusable calls, and a calls key that is not a list makes every call unusable:
-    /// the agent's data, counted in `harness_bad_records_total`, never a store error.
-    pub async fn load(
-        &self,
-        run: &str,
-        cited: &[String],
-        max_calls: usize,
-        limits: RecordLimits,
-    ) -> Result<Loaded, StoreError> {
-        let cited = lookup_ids(cited.iter());
-        let (cancelled, calls, loaded) = match self {
-            Store::Memory(s) => s.load(run, &cited, max_calls, limits),
-            Store::Redis(s) => s.load(run, &cited, max_calls, limits).await?,
-        };
-        let (calls, calls_unreadable) = match calls {
-            CallsList::Ids(ids) => (ids, None),
-            CallsList::Unreadable(why) => {
-                telemetry::bad_record(bad_record_reason(why.rule));
-                (Vec::new(), Some(why))
-            }
-        };
-        count_bad_records(&loaded);
-        Ok(Loaded {
-            cancelled,
-            evidence: RunEvidence {
-                run_id: run.to_string(),
-                calls,
-                records: loaded.records,
-                unreadable: loaded.unreadable,
-                calls_unreadable,
-                loaded_bytes: loaded.bytes,
-            },
-        })
-    }
-
-    /// [`Store::load`] without the marker.
-    pub async fn load_evidence(
-        &self,
-        run: &str,
-        cited: &[String],
-        max_calls: usize,
-        limits: RecordLimits,
-    ) -> Result<RunEvidence, StoreError> {
-        Ok(self.load(run, cited, max_calls, limits).await?.evidence)
     }
 
     /// Adds the records of `ids` that `evidence` does not hold yet (a repaired Draft may

@@ -25,8 +25,7 @@ use redis::cluster_routing::Slot;
 use redis::{AsyncCommands, Client, Cmd, IntoConnectionInfo, Pipeline, RedisError, Script, Value};
 
 use super::{
-    Begin, CallsList, Commit, Committed, Keys, LoadedRecords, RecordLimits, StoreError, Watch,
-    Watched,
+    Begin, CallsList, Commit, Committed, Keys, LoadedRecords, Reading, StoreError, Watch, Watched,
 };
 use crate::config::RedisConfig;
 use crate::domain::evidence_guard::Rule;
@@ -39,21 +38,6 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
   return redis.call("DEL", KEYS[1])
 end
 return 0
-"#;
-
-/// The start of a release, in one step: a stored result is answered as it is; a lock held
-/// by another token answers that token and how long its lease has left; otherwise the lock
-/// is taken (or kept, for the same token) for one lease and the cancel marker is reported.
-/// KEYS: release, lock, cancelled. ARGV: token, lease ms. Answers {what, text, number}.
-const BEGIN_SCRIPT: &str = r#"
-local stored = redis.call("GET", KEYS[1])
-if stored then return {"stored", stored, 0} end
-local holder = redis.call("GET", KEYS[2])
-if holder and holder ~= ARGV[1] then
-  return {"locked", holder, redis.call("PTTL", KEYS[2])}
-end
-redis.call("SET", KEYS[2], ARGV[1], "PX", ARGV[2])
-return {"taken", "", redis.call("EXISTS", KEYS[3])}
 "#;
 
 /// The fenced commit: only while the lock still holds this token, and only if nothing is
@@ -117,45 +101,23 @@ end
     };
 }
 
-/// Everything a release reads of its run, in one step: the cancel marker, the calls list
-/// (bounded: its most recent ARGV[1] ids, each at most ARGV[2] bytes; longer ones are
-/// answered as "" and not looked up) and the guard's fields of the records of the cited
-/// ids (KEYS[3..]) and then of the listed calls, most recent first (their keys are ARGV[5]
-/// followed by the id: the run's own key prefix, so every key is in the run's slot). Ids
-/// that are not UTF-8, blank (Unicode white space only), over-long or repeated are not
-/// looked up, as [`super::lookup_ids`] does for the cited ones. A record whose fields
-/// total more than ARGV[3] bytes, or that would take the release past its budget ARGV[4],
-/// is answered by its size only; other types by their type. ARGV[6..]: the fields.
-/// KEYS: calls, cancelled, cited record keys.
+/// How [`BEGIN_SCRIPT`] reads a run's evidence:
+/// `load_run(calls_key, first, a)` appends the calls list (bounded: its most recent
+/// ARGV[a] ids, each at most ARGV[a+1] bytes; longer ones are answered as "" and not looked
+/// up) and the guard's fields of the records of the cited ids (KEYS[first..]) and then of
+/// the listed calls, most recent first (their keys are ARGV[a+4] followed by the id: the
+/// run's own key prefix, so every key is in the run's slot). Ids that are not UTF-8, blank
+/// (Unicode white space only), over-long or repeated are not looked up, as
+/// [`super::lookup_ids`] does for the cited ones. A record whose fields total more than
+/// ARGV[a+2] bytes, or that would take the release past its budget ARGV[a+3], is answered
+/// by its size only; other types by their type. ARGV[a+5..]: the fields.
 ///
 /// The answer is one string of items ([`Items`]: `LEN:BYTES`, or `-` for nil), which costs
-/// far less to read than nested replies: marker (`0`/`1`); calls: `ok` N ids... | `missing`
-/// | `wrong_type` TYPE; then the records as [`read_records`] reads them.
-const LOAD_SCRIPT: &str = concat!(
-    record_reader_lua!(),
-    r#"
-local max_calls, max_id = tonumber(ARGV[1]), tonumber(ARGV[2])
-local max_record, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
-local prefix = ARGV[5]
-local fields = {}
-for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
-put(redis.call("EXISTS", KEYS[2]))
-local listed = {}
-local t = redis.call("TYPE", KEYS[1])["ok"]
-if t == "none" then
-  put("missing")
-elseif t ~= "list" then
-  put("wrong_type")
-  put(t)
-else
-  listed = redis.call("LRANGE", KEYS[1], -max_calls, -1)
-  put("ok")
-  put(#listed)
-  for i, id in ipairs(listed) do
-    if #id > max_id then listed[i] = "" end
-    put(listed[i])
-  end
-end
+/// far less to read than nested replies: calls: `ok` N ids... | `missing` | `wrong_type`
+/// TYPE; then the records as [`read_records`] reads them.
+macro_rules! run_loader_lua {
+    () => {
+        r#"
 local function utf8(s)
   local i, n = 1, #s
   while i <= n do
@@ -184,35 +146,96 @@ local function blank(id)
   rest = rest:gsub("\227\128\128", "")
   return #rest == 0
 end
-local ids, keys, seen = {}, {}, {}
-for i = 3, #KEYS do
-  local id = string.sub(KEYS[i], #prefix + 1)
-  if not seen[id] then
-    seen[id] = true
-    ids[#ids + 1] = id
-    keys[#keys + 1] = KEYS[i]
+local function load_run(calls_key, first, a)
+  local max_calls, max_id = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local max_record, budget = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local prefix = ARGV[a + 4]
+  local fields = {}
+  for i = a + 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+  local listed = {}
+  local t = redis.call("TYPE", calls_key)["ok"]
+  if t == "none" then
+    put("missing")
+  elseif t ~= "list" then
+    put("wrong_type")
+    put(t)
+  else
+    listed = redis.call("LRANGE", calls_key, -max_calls, -1)
+    put("ok")
+    put(#listed)
+    for i, id in ipairs(listed) do
+      if #id > max_id then listed[i] = "" end
+      put(listed[i])
+    end
+  end
+  local ids, keys, seen = {}, {}, {}
+  for i = first, #KEYS do
+    local id = string.sub(KEYS[i], #prefix + 1)
+    if not seen[id] then
+      seen[id] = true
+      ids[#ids + 1] = id
+      keys[#keys + 1] = KEYS[i]
+    end
+  end
+  for i = #listed, 1, -1 do
+    local id = listed[i]
+    if id ~= "" and not seen[id] and utf8(id) and not blank(id) then
+      seen[id] = true
+      ids[#ids + 1] = id
+      keys[#keys + 1] = prefix .. id
+    end
+  end
+  put(#ids)
+  for i, key in ipairs(keys) do
+    put(ids[i])
+    budget = read_record(key, fields, max_record, budget)
   end
 end
-for i = #listed, 1, -1 do
-  local id = listed[i]
-  if id ~= "" and not seen[id] and utf8(id) and not blank(id) then
-    seen[id] = true
-    ids[#ids + 1] = id
-    keys[#keys + 1] = prefix .. id
-  end
+"#
+    };
+}
+
+/// The start of a release, in one step: a stored result is answered as it is; a lock held
+/// by another token answers that token and how long its lease has left; otherwise the lock
+/// is taken (or kept, for the same token) for one lease and, unless the cancel marker is
+/// set, the run's evidence is read at once ([`run_loader_lua`]), so that a release needs
+/// no second round trip before it decides.
+/// KEYS: release, lock, cancelled, calls, cited record keys.
+/// ARGV: token, lease ms, then the loader's: max calls, max id bytes, max record bytes,
+/// budget, record key prefix, the fields.
+/// Answers items ([`Items`]): `stored` RESULT | `locked` TOKEN MS | `cancelled` | `taken`
+/// followed by the loader's answer.
+const BEGIN_SCRIPT: &str = concat!(
+    record_reader_lua!(),
+    run_loader_lua!(),
+    r#"
+local stored = redis.call("GET", KEYS[1])
+if stored then
+  put("stored")
+  put(stored)
+  return table.concat(out)
 end
-put(#ids)
-for i, key in ipairs(keys) do
-  put(ids[i])
-  budget = read_record(key, fields, max_record, budget)
+local holder = redis.call("GET", KEYS[2])
+if holder and holder ~= ARGV[1] then
+  put("locked")
+  put(holder)
+  put(math.max(0, redis.call("PTTL", KEYS[2])))
+  return table.concat(out)
 end
+redis.call("SET", KEYS[2], ARGV[1], "PX", ARGV[2])
+if redis.call("EXISTS", KEYS[3]) == 1 then
+  put("cancelled")
+  return table.concat(out)
+end
+put("taken")
+load_run(KEYS[4], 5, 3)
 return table.concat(out)
 "#
 );
 
 /// The guard's fields of the records of KEYS (in priority order; the ids a repaired Draft
-/// cites that the load did not read), bounded as in [`LOAD_SCRIPT`] and answered as its
-/// records are. ARGV: max record bytes, budget, the run's record key prefix, the fields.
+/// cites that the begin script did not read), bounded and answered as [`BEGIN_SCRIPT`]
+/// reads records. ARGV: max record bytes, budget, the run's record key prefix, the fields.
 const RECORDS_SCRIPT: &str = concat!(
     record_reader_lua!(),
     r#"
@@ -377,7 +400,6 @@ struct Scripts {
     unlock: Script,
     begin: Script,
     commit: Script,
-    load: Script,
     records: Script,
 }
 
@@ -432,7 +454,6 @@ impl RedisStore {
                 unlock: Script::new(UNLOCK_SCRIPT),
                 begin: Script::new(BEGIN_SCRIPT),
                 commit: Script::new(COMMIT_SCRIPT),
-                load: Script::new(LOAD_SCRIPT),
                 records: Script::new(RECORDS_SCRIPT),
             }),
         })
@@ -468,79 +489,80 @@ impl RedisStore {
         &self.keys
     }
 
+    /// The begin script ([`BEGIN_SCRIPT`]): the stored result, or who holds the lock, or
+    /// the lock taken and, unless the marker is set, the run read as `reading` asks.
     pub(super) async fn begin(
         &self,
         run: &str,
         token: &str,
         lease: Duration,
+        reading: Reading<'_>,
     ) -> Result<Begin, StoreError> {
-        let mut conn = self.conn.clone();
         let script = &self.scripts.begin;
-        let mut cmd = evalsha(script, 3, 5, 3 * (run.len() + 64) + token.len() + 20);
-        cmd.arg(self.keys.release(run))
-            .arg(self.keys.lock(run))
-            .arg(self.keys.cancelled(run))
-            .arg(token)
-            .arg(lease.as_millis() as u64);
-        let (what, text, number): (String, String, i64) = invoke(script, &cmd, &mut conn)
-            .await
-            .map_err(failed("begin"))?;
-        match what.as_str() {
-            "stored" => Ok(Begin::Stored(text)),
-            "locked" => Ok(Begin::Locked {
-                token: text,
-                remaining: Duration::from_millis(number.max(0) as u64),
-            }),
-            "taken" => Ok(Begin::Taken {
-                cancelled: number == 1,
-            }),
-            other => Err(StoreError::unavailable(
-                "begin",
-                format!("unexpected answer {other:?} from the begin script"),
-            )),
-        }
-    }
-
-    /// The load script ([`LOAD_SCRIPT`]): the marker, the calls list and the records of
-    /// `cited` (ids that can name a record) and of the listed calls, in one round trip.
-    pub(super) async fn load(
-        &self,
-        run: &str,
-        cited: &[String],
-        max_calls: usize,
-        limits: RecordLimits,
-    ) -> Result<(bool, CallsList, LoadedRecords), StoreError> {
-        let script = &self.scripts.load;
         let call_prefix = self.keys.call(run, "");
-        let keys_bytes: usize = cited.iter().map(|id| call_prefix.len() + id.len()).sum();
-        let mut cmd = evalsha(
-            script,
-            2 + cited.len(),
-            2 + cited.len() + 5 + RECORD_FIELDS.len(),
-            keys_bytes + 3 * call_prefix.len() + 200,
-        );
-        cmd.arg(self.keys.calls(run)).arg(self.keys.cancelled(run));
-        for id in cited {
-            cmd.arg(self.keys.call(run, id));
-        }
-        cmd.arg(max_calls.max(1))
-            .arg(MAX_CALL_ID_BYTES)
-            .arg(limits.max_record_bytes)
-            .arg(limits.max_release_bytes)
-            .arg(call_prefix)
-            .arg(&RECORD_FIELDS[..]);
+        let keys = [
+            self.keys.release(run),
+            self.keys.lock(run),
+            self.keys.cancelled(run),
+            self.keys.calls(run),
+        ];
+        let cmd = self.run_reading_command(script, &keys, &call_prefix, reading, |cmd| {
+            cmd.arg(token).arg(lease.as_millis() as u64);
+        });
         let mut conn = self.conn.clone();
         let answer: Vec<u8> = invoke(script, &cmd, &mut conn)
             .await
-            .map_err(failed("load"))?;
-        read_load(&answer, limits.max_record_bytes).map_err(|what| {
-            telemetry::store_error("load");
-            StoreError::unavailable("load", format!("unexpected {what} from the load script"))
+            .map_err(failed("begin"))?;
+        read_begin(&answer, run, reading.limits.max_record_bytes).map_err(|what| {
+            telemetry::store_error("begin");
+            StoreError::unavailable("begin", format!("unexpected {what} from the begin script"))
         })
     }
 
+    /// An [`evalsha`] of a script that reads a run ([`run_loader_lua`]): its own `keys`,
+    /// then the cited records' keys; its own arguments (`args` adds at most two, of at most
+    /// 100 bytes), then the loader's.
+    fn run_reading_command(
+        &self,
+        script: &Script,
+        keys: &[String],
+        call_prefix: &str,
+        reading: Reading<'_>,
+        args: impl FnOnce(&mut Cmd),
+    ) -> Cmd {
+        let cited = reading.cited;
+        let keys_bytes: usize = keys.iter().map(String::len).sum::<usize>()
+            + cited
+                .iter()
+                .map(|id| call_prefix.len() + id.len())
+                .sum::<usize>();
+        let mut cmd = evalsha(
+            script,
+            keys.len() + cited.len(),
+            keys.len() + cited.len() + 2 + 5 + RECORD_FIELDS.len(),
+            keys_bytes + call_prefix.len() + 300,
+        );
+        for key in keys {
+            cmd.arg(key);
+        }
+        for id in cited {
+            let mut key = String::with_capacity(call_prefix.len() + id.len());
+            key.push_str(call_prefix);
+            key.push_str(id);
+            cmd.arg(key);
+        }
+        args(&mut cmd);
+        cmd.arg(reading.max_calls.max(1))
+            .arg(MAX_CALL_ID_BYTES)
+            .arg(reading.limits.max_record_bytes)
+            .arg(reading.limits.max_release_bytes)
+            .arg(call_prefix)
+            .arg(&RECORD_FIELDS[..]);
+        cmd
+    }
+
     /// The records of `ids` within `budget` bytes ([`RECORDS_SCRIPT`]; the ids a repaired
-    /// Draft cites that the load did not read).
+    /// Draft cites that the begin script did not read).
     pub(super) async fn records(
         &self,
         run: &str,
@@ -970,13 +992,31 @@ fn forgot_script(e: &RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
-/// The load script's answer ([`LOAD_SCRIPT`]): marker, calls list, records.
-fn read_load(
-    answer: &[u8],
-    max_record_bytes: u64,
-) -> Result<(bool, CallsList, LoadedRecords), &'static str> {
+/// The begin script's answer ([`BEGIN_SCRIPT`]).
+fn read_begin(answer: &[u8], run: &str, max_record_bytes: u64) -> Result<Begin, &'static str> {
     let mut items = Items::new(answer);
-    let marker = items.text("marker")? == "1";
+    let begin = match items.text("begin answer")? {
+        "stored" => Begin::Stored(items.text("stored result")?.to_string()),
+        "locked" => Begin::Locked {
+            token: items.text("lock holder")?.to_string(),
+            remaining: Duration::from_millis(items.number("lease left")?),
+        },
+        "cancelled" => Begin::Cancelled,
+        "taken" => {
+            let (calls, loaded) = read_run(&mut items, max_record_bytes)?;
+            Begin::Taken(Box::new(super::evidence(run, calls, loaded)))
+        }
+        _ => return Err("begin answer"),
+    };
+    items.end()?;
+    Ok(begin)
+}
+
+/// What [`run_loader_lua`] answered: the calls list, then the records.
+fn read_run(
+    items: &mut Items<'_>,
+    max_record_bytes: u64,
+) -> Result<(CallsList, LoadedRecords), &'static str> {
     let calls = match items.text("calls answer")? {
         "ok" => {
             let n = items.number("number of calls")?;
@@ -1002,9 +1042,8 @@ fn read_load(
         )),
         _ => return Err("calls answer"),
     };
-    let loaded = read_records(&mut items, max_record_bytes)?;
-    items.end()?;
-    Ok((marker, calls, loaded))
+    let loaded = read_records(items, max_record_bytes)?;
+    Ok((calls, loaded))
 }
 
 /// The records of a script's answer ([`record_reader_lua`]): their number, then per

@@ -1,6 +1,7 @@
 //! Redis round trips per release, counted with MONITOR on a Redis of the test's own: a
-//! judged release costs three (the begin script, the one load of marker, calls and records,
-//! the fenced commit), a deterministic one too, and a replay one. A regression that adds a
+//! judged release costs two (the begin script, which takes the lock and reads the marker,
+//! the calls list and the records, and the fenced commit), a deterministic one too, and a
+//! replay one. A regression that adds a
 //! trip on the release path fails here.
 
 use std::io::{BufRead, BufReader};
@@ -83,7 +84,7 @@ async fn count_trips(app: &TestApp, redis: &OwnRedis, name: &str, body: &Value) 
 }
 
 #[actix_rt::test]
-async fn a_release_costs_three_redis_round_trips_and_a_replay_one() {
+async fn a_release_costs_two_redis_round_trips_and_a_replay_one() {
     let server = wiremock::MockServer::start().await;
     on_semantic(&server, verdict("SUPPORTED", "the evidence shows it")).await;
     let redis = OwnRedis::start_any();
@@ -105,7 +106,10 @@ async fn a_release_costs_three_redis_round_trips_and_a_replay_one() {
     let (judged, answer) =
         count_trips(&app, &redis, "trips-judged", &release_body(good_draft())).await;
     assert_eq!(answer["outcome"], "SUCCESS");
-    assert_eq!(judged, 3, "begin, load, commit for a judged release");
+    assert_eq!(
+        judged, 2,
+        "begin (with the load), commit for a judged release"
+    );
 
     let mut no_conclusion = good_draft();
     no_conclusion["conclusion"] = Value::Null;
@@ -117,12 +121,18 @@ async fn a_release_costs_three_redis_round_trips_and_a_replay_one() {
     )
     .await;
     assert_eq!(answer["fallback_type"], "INSUFFICIENT_EVIDENCE");
-    assert_eq!(deterministic, 3, "begin, load, commit without a model");
+    assert_eq!(
+        deterministic, 2,
+        "begin (with the load), commit without a model"
+    );
 
     let controlled = json!({"query": "Why?", "stop_reason": "INFORMATION_SATURATION"});
     let (stopped, answer) = count_trips(&app, &redis, "trips-stop", &controlled).await;
     assert_eq!(answer["fallback_type"], "INSUFFICIENT_EVIDENCE");
-    assert_eq!(stopped, 3, "begin, load, commit for a controlled stop");
+    assert_eq!(
+        stopped, 2,
+        "begin (with the load), commit for a controlled stop"
+    );
 
     let run = unique_run("trips-replay");
     seed_records(&redis.url(), &app.prefix, &standard_invocations(&run)).await;

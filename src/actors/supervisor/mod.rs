@@ -1,7 +1,7 @@
 //! The RunSupervisor: one per release, the run's state machine.
 //!
-//! begin (one script: stored result? lock taken? cancel marker?) → load (one script:
-//! marker, calls list, records) → EvidenceGuard (its actor) → Repair → EvidenceGuard →
+//! begin (one script: stored result? lock taken? cancel marker? then the calls list and
+//! the records) → EvidenceGuard (its actor) → Repair → EvidenceGuard →
 //! SemanticGuard → decision → fenced commit (one script: result or CANCELLED, audit,
 //! unlock, only while this release still holds the lock) → reply.
 //!
@@ -12,8 +12,8 @@
 //! `LockLost` from it ends the release with nothing stored. Once the commit is sent a
 //! Cancel changes nothing here: the commit itself checks the marker.
 //!
-//! The state and its messages live here; `steps` holds the decision's steps (begin, load,
-//! EvidenceGuard, Repair, SemanticGuard) and `commit` how a release ends (Cancel, a lost
+//! The state and its messages live here; `steps` holds the decision's steps (begin with the
+//! load, EvidenceGuard, Repair, SemanticGuard) and `commit` how a release ends (Cancel, a lost
 //! lock, the fenced commit, the answer).
 
 mod commit;
@@ -36,6 +36,8 @@ use super::semantic_guard::SemanticGuardActor;
 use super::{AbortChild, Harness, ReleaseError, ReleaseRequest, Released, StopChild};
 use crate::domain::audit::{Audit, BudgetUse, CancelSource, ModelAttempt, ModelRole};
 use crate::domain::evidence_guard::RunEvidence;
+use crate::domain::release::DraftInput;
+use crate::store::Reading;
 use crate::telemetry;
 
 /// The run's children, each started when the release first needs it (a replayed or
@@ -96,7 +98,8 @@ pub struct RunSupervisor {
     query: String,
     /// The run's evidence as loaded, shared with the EvidenceGuard actor (never copied).
     evidence: Option<Arc<RunEvidence>>,
-    /// A repair ran: the marker the load read is no longer fresh, and no second repair.
+    /// A repair ran: the marker the begin script read is no longer fresh, and no second
+    /// repair.
     repaired: bool,
     /// The registry was told the release is over.
     forgotten: bool,
@@ -356,11 +359,32 @@ impl Handler<Run> for RunSupervisor {
         self.reply = Some(tx);
         self.phase = Phase::Beginning;
         self.audit.timings.started_at = chrono::Utc::now().to_rfc3339();
+        // The begin script also reads the run, for the Draft's citations: a release that
+        // takes the lock has its evidence in the same round trip.
+        let cited = match &self.request {
+            Some(request) if !request.stop_reason.is_controlled_stop() => match &request.draft {
+                DraftInput::Parsed(d) => d.cited_call_ids(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
         let store = self.harness.store.clone();
         let run_id = self.run_id.clone();
         let token = self.token.clone();
-        let lease = self.harness.config.lock_lease();
-        let begin = async move { store.begin(&run_id, &token, lease).await };
+        let config = &self.harness.config;
+        let (lease, max_calls, limits) = (
+            config.lock_lease(),
+            config.progress.max_calls,
+            config.record_limits(),
+        );
+        let begin = async move {
+            let reading = Reading {
+                cited: &cited,
+                max_calls,
+                limits,
+            };
+            store.begin(&run_id, &token, lease, reading).await
+        };
         self.spawn_step(ctx, begin, Self::begun);
         Box::pin(async move {
             rx.await.unwrap_or_else(|_| {

@@ -1,5 +1,6 @@
-//! The RunSupervisor's steps, in the order a release takes them: the begin script's answer,
-//! the load, EvidenceGuard, Repair (then EvidenceGuard on the candidate) and SemanticGuard.
+//! The RunSupervisor's steps, in the order a release takes them: the begin script's answer
+//! (with the run's evidence), EvidenceGuard, Repair (then EvidenceGuard on the candidate)
+//! and SemanticGuard.
 //! Each step's answer comes back to the next method here; every step ends in
 //! [`RunSupervisor::commit`] or [`RunSupervisor::finish`] (`commit.rs`).
 
@@ -17,11 +18,9 @@ use crate::actors::{ReleaseError, StepOutcome};
 use crate::domain::audit::{CancelSource, RepairAudit};
 use crate::domain::draft::Draft;
 use crate::domain::evidence_guard::{ResolvedRun, RunEvidence, Violation};
-use crate::domain::release::{
-    after_judgement, DraftInput, Judgeable, Judgement, ReleaseResult, Step,
-};
+use crate::domain::release::{after_judgement, Judgeable, Judgement, ReleaseResult, Step};
 use crate::model::prompts::UsableCallRef;
-use crate::store::{lock_holder, Begin, Loaded, StoreError};
+use crate::store::{lock_holder, Begin, StoreError};
 
 /// How the repair step ended: cancelled, or the EvidenceGuard's decision on the candidate
 /// (with the evidence, completed with the records the candidate cites).
@@ -47,72 +46,39 @@ impl RunSupervisor {
                 }),
                 ctx,
             ),
-            Ok(Begin::Taken { cancelled }) => {
-                self.lock = Lock::Held;
-                self.registry.do_send(LockTaken {
-                    run_id: self.run_id.clone(),
-                    supervisor: self.id,
-                });
-                let cancel = if cancelled {
-                    Some(CancelSource::Marker)
-                } else {
-                    self.cancel_requested.take()
-                };
-                match cancel {
+            Ok(Begin::Cancelled) => {
+                self.lock_taken();
+                self.cancelled(CancelSource::Marker, ctx);
+            }
+            Ok(Begin::Taken(evidence)) => {
+                self.lock_taken();
+                match self.cancel_requested.take() {
                     Some(source) => self.cancelled(source, ctx),
-                    None => self.load(ctx),
+                    None => self.decide(*evidence, ctx),
                 }
             }
         }
     }
 
-    /// Under the lock: reads the marker, the calls list and the records in one step.
-    fn load(&mut self, ctx: &mut Context<Self>) {
+    /// The begin script took the lock: the registry renews its lease from now on.
+    fn lock_taken(&mut self) {
+        self.lock = Lock::Held;
         self.phase = Phase::Deciding;
-        let Some(request) = self.request.as_ref() else {
-            return self.finish(
-                Err(ReleaseError::Internal("the release has no request".into())),
-                ctx,
-            );
-        };
-        let cited = match &request.draft {
-            DraftInput::Parsed(d) if !request.stop_reason.is_controlled_stop() => {
-                d.cited_call_ids()
-            }
-            _ => Vec::new(),
-        };
-        let store = self.harness.store.clone();
-        let config = self.harness.config.clone();
-        let run_id = self.run_id.clone();
-        let work = async move {
-            store
-                .load(
-                    &run_id,
-                    &cited,
-                    config.progress.max_calls,
-                    config.record_limits(),
-                )
-                .await
-        };
-        self.spawn_step(ctx, work, Self::loaded);
+        self.registry.do_send(LockTaken {
+            run_id: self.run_id.clone(),
+            supervisor: self.id,
+        });
     }
 
-    /// The evidence is in: EvidenceGuard decides the first step.
-    fn loaded(&mut self, loaded: Result<Loaded, StoreError>, ctx: &mut Context<Self>) {
-        let loaded = match loaded {
-            Ok(loaded) => loaded,
-            Err(e) => return self.finish(Err(e.into()), ctx),
-        };
-        if loaded.cancelled {
-            return self.cancelled(CancelSource::Marker, ctx);
-        }
+    /// The evidence is in (read with the lock): EvidenceGuard decides the first step.
+    fn decide(&mut self, evidence: RunEvidence, ctx: &mut Context<Self>) {
         let Some(request) = self.request.take() else {
             return self.finish(
                 Err(ReleaseError::Internal("the release has no request".into())),
                 ctx,
             );
         };
-        let evidence = Arc::new(loaded.evidence);
+        let evidence = Arc::new(evidence);
         self.evidence = Some(evidence.clone());
         self.query = request.query;
         let checked = self.evidence_guard().send(CheckDraft {
