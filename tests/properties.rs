@@ -29,7 +29,7 @@ use release_harness::domain::release::{
     self, after_judgement, DraftInput, Judgement, ReleasePolicy, ReleaseResult, Step, StopReason,
 };
 use release_harness::domain::repair_check::compare;
-use release_harness::domain::request::ReleaseBody;
+use release_harness::domain::request::{parse_release, ReleaseBody};
 use release_harness::domain::snapshot::{ProgressSnapshot, SnapshotLimits};
 use release_harness::model::prompts::{semantic_request, RequestShape};
 
@@ -318,10 +318,11 @@ fn parse_everything(text: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn parse_body(bytes: &[u8]) {
-    if let Ok(body) = ReleaseBody::parse(bytes) {
-        let _ = body.into_request("r-42");
-    }
+/// A body's request: the one-pass parse answers exactly what the two steps answer.
+fn parse_body(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let two_steps = ReleaseBody::parse(bytes).and_then(|body| body.into_request("r-42"));
+    prop_assert_eq!(parse_release("r-42", bytes), two_steps);
+    Ok(())
 }
 
 proptest! {
@@ -335,7 +336,7 @@ proptest! {
     ) {
         let lossy = String::from_utf8_lossy(&bytes);
         parse_everything(&lossy)?;
-        parse_body(&bytes);
+        parse_body(&bytes)?;
 
         let draft_text = near_valid_draft.to_string();
         parse_everything(&draft_text)?;
@@ -345,8 +346,8 @@ proptest! {
         }
 
         let body_text = near_valid_body.to_string();
-        parse_body(body_text.as_bytes());
-        parse_body(&body_text.as_bytes()[..body_text.len() / 2]);
+        parse_body(body_text.as_bytes())?;
+        parse_body(&body_text.as_bytes()[..body_text.len() / 2])?;
     }
 }
 

@@ -1,7 +1,8 @@
 //! A release request as the API and run bundles give it, and its validation (CONTRACT §3):
 //! the run id, a non-blank query, a known stop reason, and a draft when FINAL_ANSWER.
 //!
-//! Entry points: [`validate_run_id`] and [`ReleaseBody::into_request`]. What fails here is
+//! Entry points: [`validate_run_id`], [`parse_release`] (a body's bytes) and
+//! [`release_request`] (a run bundle's fields). What fails here is
 //! a bad request (HTTP 400, `check` exit 2); an unparseable Draft is not: it becomes
 //! [`DraftInput::Unparseable`] and a release outcome.
 
@@ -10,7 +11,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::draft::Draft;
+use super::draft::{Draft, DraftParseError};
 use super::release::{DraftInput, StopReason};
 
 /// A request that cannot be released at all.
@@ -67,8 +68,7 @@ pub struct ReleaseBody<'a> {
 impl<'a> ReleaseBody<'a> {
     /// Parses a request body strictly (unknown fields and wrong types are malformed).
     pub fn parse(bytes: &'a [u8]) -> Result<ReleaseBody<'a>, RequestError> {
-        // serde would also build the struct from a JSON array; only an object is a body.
-        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        if !starts_an_object(bytes) {
             return Err(RequestError::Malformed(
                 "the body must be a JSON object".into(),
             ));
@@ -88,6 +88,74 @@ impl<'a> ReleaseBody<'a> {
     }
 }
 
+/// serde would also build a body struct from a JSON array; only an object is a body.
+fn starts_an_object(bytes: &[u8]) -> bool {
+    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// The request a body's bytes ask for: the same answer as [`ReleaseBody::parse`] followed
+/// by [`ReleaseBody::into_request`], in one pass over the bytes when the body is well
+/// formed and its Draft an object that parses (nearly every body). Otherwise (a Draft
+/// given as raw text, one that does not parse, a malformed body) it takes those two steps,
+/// which find where the Draft's text is first and parse it after, so that a Draft that
+/// does not parse is a release outcome and not a bad request.
+pub fn parse_release(run_id: &str, bytes: &[u8]) -> Result<ReleaseRequest, RequestError> {
+    one_pass(run_id, bytes).unwrap_or_else(|| ReleaseBody::parse(bytes)?.into_request(run_id))
+}
+
+/// The request of a well-formed body whose Draft is an object that parses (or `null`, or
+/// absent); None for any other body.
+fn one_pass(run_id: &str, bytes: &[u8]) -> Option<Result<ReleaseRequest, RequestError>> {
+    if !starts_an_object(bytes) {
+        return None;
+    }
+    let body = serde_json::from_slice::<OnePassBody<'_>>(bytes).ok()?;
+    let draft = body.draft.map(|ObjectDraft(draft)| || Ok(draft));
+    Some(request_of(
+        run_id,
+        body.query.as_deref(),
+        body.stop_reason.as_deref(),
+        draft,
+    ))
+}
+
+/// [`ReleaseBody`] with its Draft parsed in place: only when that Draft is an object
+/// (`null` is no Draft, as it is there).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OnePassBody<'a> {
+    #[serde(default, borrow)]
+    query: Option<Cow<'a, str>>,
+    #[serde(default)]
+    draft: Option<ObjectDraft>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
+}
+
+/// A Draft read from a JSON object in place, with the Draft's own `Deserialize`: what
+/// [`Draft::parse_text`] reads from the object's text. Anything but an object is an error.
+struct ObjectDraft(Draft);
+
+impl<'de> Deserialize<'de> for ObjectDraft {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectOnly;
+        impl<'de> serde::de::Visitor<'de> for ObjectOnly {
+            type Value = ObjectDraft;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a Draft object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<ObjectDraft, A::Error> {
+                Draft::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(ObjectDraft)
+            }
+        }
+        deserializer.deserialize_map(ObjectOnly)
+    }
+}
+
 /// Validates the fields of a release and parses its Draft (a parse failure is kept as a
 /// release outcome). `draft_json` is the draft field's JSON text; `null` = no draft.
 pub fn release_request(
@@ -95,6 +163,19 @@ pub fn release_request(
     query: Option<&str>,
     stop_reason: Option<&str>,
     draft_json: Option<&str>,
+) -> Result<ReleaseRequest, RequestError> {
+    let draft_json = draft_json.filter(|raw| raw.trim() != "null");
+    let draft = draft_json.map(|raw| move || Draft::parse_submitted(raw));
+    request_of(run_id, query, stop_reason, draft)
+}
+
+/// Validates the fields of a release; `draft` parses its Draft (None: no draft), and is
+/// only called when the Draft counts (not for a controlled stop).
+fn request_of(
+    run_id: &str,
+    query: Option<&str>,
+    stop_reason: Option<&str>,
+    draft: Option<impl FnOnce() -> Result<Draft, DraftParseError>>,
 ) -> Result<ReleaseRequest, RequestError> {
     validate_run_id(run_id)?;
     let query = query
@@ -104,13 +185,12 @@ pub fn release_request(
         None => StopReason::FinalAnswer,
         Some(raw) => StopReason::parse(raw).ok_or(RequestError::InvalidStopReason)?,
     };
-    let draft_json = draft_json.filter(|raw| raw.trim() != "null");
-    let draft = match draft_json {
+    let draft = match draft {
         None if stop_reason == StopReason::FinalAnswer => return Err(RequestError::DraftRequired),
         None => DraftInput::Absent,
         // A controlled stop is released from the ProgressSnapshot; its draft is ignored.
         Some(_) if stop_reason.is_controlled_stop() => DraftInput::Absent,
-        Some(raw) => match Draft::parse_submitted(raw) {
+        Some(parse) => match parse() {
             Ok(d) => DraftInput::Parsed(d),
             Err(e) => DraftInput::Unparseable(e),
         },
@@ -181,6 +261,51 @@ mod tests {
             Err(RequestError::Malformed(_))
         ));
         assert!(matches!(body("[]"), Err(RequestError::Malformed(_))));
+    }
+
+    /// The one pass and the two steps, on bodies that take each way.
+    #[test]
+    fn the_one_pass_parse_answers_what_the_two_steps_answer() {
+        let bodies = [
+            // One pass: a Draft object that parses.
+            r#"{"query": "why?", "draft": {"conclusion": null, "analyses": []}}"#,
+            r#" {"draft": {"conclusion": null, "analyses": []}, "query": "q", "stop_reason": "BUDGET_EXHAUSTED"}"#,
+            r#"{"query": "why?", "draft": null}"#,
+            r#"{"query": "why?", "draft": null, "stop_reason": "INFORMATION_SATURATION"}"#,
+            // Two steps: raw text, a Draft that does not parse, a bad body.
+            r#"{"query": "why?", "draft": "{"conclusion": null, "analyses": []}"}"#,
+            r#"{"query": "why?", "draft": "not json"}"#,
+            r#"{"query": "why?", "draft": {"conclusion": 5}}"#,
+            r#"{"query": "why?", "draft": {"conclusion": null, "analyses": [], "extra": 1}}"#,
+            r#"{"query": "why?", "draft": [null, []]}"#,
+            r#"{"query": "q", "stop_reason": "BUDGET_EXHAUSTED", "draft": {"conclusion": 5}}"#,
+            r#"{"query": "q", "draft": {}, "x": 1}"#,
+            r#"["why?", {"conclusion": null, "analyses": []}]"#,
+            r#"{"query": "q", "query": "q", "draft": {"conclusion": null, "analyses": []}}"#,
+            "{not json",
+        ];
+        for (i, body) in bodies.iter().enumerate() {
+            assert_eq!(
+                one_pass("r-42", body.as_bytes()).is_some(),
+                i < 4,
+                "one pass only for a Draft object that parses: {body}"
+            );
+            let two_steps =
+                ReleaseBody::parse(body.as_bytes()).and_then(|b| b.into_request("r-42"));
+            assert_eq!(parse_release("r-42", body.as_bytes()), two_steps, "{body}");
+        }
+        assert!(matches!(
+            parse_release("r-42", bodies[0].as_bytes()).unwrap().draft,
+            DraftInput::Parsed(_)
+        ));
+        assert!(matches!(
+            parse_release("r-42", bodies[6].as_bytes()).unwrap().draft,
+            DraftInput::Unparseable(_)
+        ));
+        assert_eq!(
+            parse_release("bad run", bodies[0].as_bytes()),
+            Err(RequestError::InvalidRunId)
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::{AppState, WorkerRegistry};
 use crate::actors::StartRelease;
 use crate::domain::audit::CancelSource;
-use crate::domain::request::{validate_run_id, ReleaseBody, RequestError};
+use crate::domain::request::{parse_release, validate_run_id, RequestError};
 use crate::telemetry;
 
 /// The run id segment of `/v1/runs/{run_id}/...`, percent-decoded once and validated.
@@ -126,7 +126,7 @@ pub async fn release(
             Duration::from_millis(state.config.server.client_request_timeout_ms),
         )
         .await?;
-        ReleaseBody::parse(&body)?.into_request(&run_id)?
+        parse_release(&run_id, &body)?
     };
     tracing::info!(run_id = %run_id, stop_reason = ?release_request.stop_reason, "release requested");
     let released = registry
