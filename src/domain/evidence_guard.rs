@@ -162,13 +162,30 @@ impl RunEvidence {
     /// this evidence, e.g. of the Draft before its repair) already judged instead of
     /// parsing its record again. A call judged missing is looked up again: its record may
     /// have been loaded since.
-    pub fn resolve_reusing(&self, cited: &[String], mut before: ResolvedRun) -> ResolvedRun {
+    pub fn resolve_reusing(&self, cited: &[String], before: ResolvedRun) -> ResolvedRun {
+        self.resolve_ids(self.calls.iter().chain(cited), before)
+    }
+
+    /// The cited ids judged alone: the calls list is kept (the run's identifiers are its
+    /// ids), but no record of a call the Draft does not cite is parsed. That is all
+    /// EvidenceGuard's checks of a concluded Draft and its verified snapshot read;
+    /// [`RunEvidence::resolve_reusing`] completes it into [`RunEvidence::resolve`]'s
+    /// answer, parsing only the calls left.
+    pub fn resolve_cited(&self, cited: &[String]) -> ResolvedRun {
+        self.resolve_ids(cited.iter(), ResolvedRun::default())
+    }
+
+    fn resolve_ids<'a>(
+        &self,
+        ids: impl Iterator<Item = &'a String>,
+        mut before: ResolvedRun,
+    ) -> ResolvedRun {
         let mut resolved = ResolvedRun {
             run_id: self.run_id.clone(),
             calls: self.calls.clone(),
             ..ResolvedRun::default()
         };
-        for id in self.calls.iter().chain(cited) {
+        for id in ids {
             if id.trim().is_empty()
                 || resolved.usable.contains_key(id)
                 || resolved.rejected.contains_key(id)
@@ -441,6 +458,7 @@ pub fn review_references(draft: &Draft, run: &ResolvedRun) -> Vec<ExcludedRefere
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::domain::identifiers::RunIdentifiers;
     use crate::domain::invocation::tests::{log_found, mysql_none, rag_found, record};
     use crate::domain::scope::Scope;
     use serde_json::json;
@@ -485,6 +503,44 @@ pub(crate) mod tests {
         assert!(reused.usable.contains_key("c-late") && !reused.usable.contains_key("c-old"));
         // Taken over, not parsed again: the very scope of the first resolution.
         assert!(Scope::ptr_eq(reused.usable["c-log"].scope(), &log_scope));
+    }
+
+    #[test]
+    fn the_cited_calls_resolved_alone_complete_into_the_whole_resolution() {
+        let mut evidence = run_evidence();
+        evidence.calls.push("c-extra".into());
+        evidence
+            .records
+            .insert("c-extra".into(), log_found("r", "c-extra"));
+        let cited: Vec<String> = ["c-log", "c-ghost", " "].map(String::from).to_vec();
+        let alone = evidence.resolve_cited(&cited);
+        let mut judged: Vec<&str> = alone
+            .usable
+            .keys()
+            .chain(alone.rejected.keys())
+            .map(String::as_str)
+            .collect();
+        judged.sort_unstable();
+        assert_eq!(
+            judged,
+            ["c-ghost", "c-log"],
+            "no call the Draft does not cite"
+        );
+        assert_eq!(alone.calls, evidence.calls);
+        // The run's identifiers are the same: the calls list's ids and the cited ones.
+        let whole = evidence.resolve(&cited);
+        let (few, all) = (
+            RunIdentifiers::of_run(&alone, "aiops"),
+            RunIdentifiers::of_run(&whole, "aiops"),
+        );
+        for id in ["c-log", "c-sql", "c-rag", "c-extra", "c-ghost", "c-other"] {
+            assert_eq!(few.is_call_id(id), all.is_call_id(id), "{id}");
+        }
+        // Completed, it is the whole resolution, the cited calls taken over unparsed.
+        let log_scope = alone.usable["c-log"].scope().clone();
+        let completed = evidence.resolve_reusing(&cited, alone);
+        assert_eq!(completed, whole);
+        assert!(Scope::ptr_eq(completed.usable["c-log"].scope(), &log_scope));
     }
 
     pub(crate) fn good_draft() -> Draft {

@@ -305,9 +305,9 @@ pub fn begin(
         }
     };
     let cited = draft.cited_call_ids();
-    let run = evidence.resolve(&cited);
-    let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
     if draft.conclusion.is_none() {
+        let run = evidence.resolve(&cited);
+        let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
         if !draft.missing_context.is_empty()
             && draft.analyses.iter().all(|a| a.tool_call_ids.is_empty())
             && evidence.calls.is_empty()
@@ -322,6 +322,11 @@ pub fn begin(
         return Step::Finish(insufficient_evidence_masking(&run, &ids, policy, audit));
     }
     audit.path = Some(ReleasePath::Concluded);
+    // The checks and the snapshot read the cited calls alone: the other calls' records
+    // are parsed only if a repair needs the run's usable calls. The identifiers are the
+    // same either way (the calls list's ids and the cited ones).
+    let run = evidence.resolve_cited(&cited);
+    let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
     let checked = check_concluded(&draft, &run);
     let named = draft_names_identifier(&draft, &ids);
     if !named.is_empty() {
@@ -351,7 +356,7 @@ pub fn begin(
             Step::Repair {
                 draft,
                 violations,
-                run: Box::new(run),
+                run: Box::new(evidence.resolve_reusing(&cited, run)),
             }
         }
     }
@@ -621,6 +626,32 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(audit.violations.len(), 1);
+    }
+
+    /// A repair gets the whole run, with the calls the Draft does not cite, as resolving
+    /// it from scratch gives it (the checks before it read the cited calls alone).
+    #[test]
+    fn a_repair_gets_the_whole_run_with_the_calls_not_cited() {
+        let mut evidence = run_evidence();
+        evidence.calls.push("c-extra".into());
+        evidence
+            .records
+            .insert("c-extra".into(), log_found("r", "c-extra"));
+        let mut draft = good_draft();
+        draft.analyses[0].tool_call_ids = vec!["c-ghost".into()];
+        let cited = draft.cited_call_ids();
+        let (step, _) = start(
+            StopReason::FinalAnswer,
+            DraftInput::Parsed(draft),
+            &evidence,
+        );
+        match step {
+            Step::Repair { run, .. } => {
+                assert!(run.usable.contains_key("c-extra"));
+                assert_eq!(*run, evidence.resolve(&cited));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
