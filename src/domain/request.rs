@@ -109,7 +109,10 @@ fn one_pass(run_id: &str, bytes: &[u8]) -> Option<Result<ReleaseRequest, Request
     if !starts_an_object(bytes) {
         return None;
     }
-    let body = serde_json::from_slice::<OnePassBody<'_>>(bytes).ok()?;
+    // Checked as UTF-8 once, as a whole (a body that is not takes the two steps, which
+    // name where): parsing bytes would check every string on its own.
+    let text = std::str::from_utf8(bytes).ok()?;
+    let body = serde_json::from_str::<OnePassBody<'_>>(text).ok()?;
     let draft = body.draft.map(|ObjectDraft(draft)| || Ok(draft));
     Some(request_of(
         run_id,
@@ -306,6 +309,12 @@ mod tests {
             parse_release("bad run", bodies[0].as_bytes()),
             Err(RequestError::InvalidRunId)
         );
+        // Not UTF-8: the two steps, which name where.
+        let bytes = b"{\"query\": \"\xff\", \"draft\": {\"conclusion\": null, \"analyses\": []}}";
+        assert!(one_pass("r-42", bytes).is_none());
+        let two_steps = ReleaseBody::parse(bytes).and_then(|b| b.into_request("r-42"));
+        assert!(matches!(two_steps, Err(RequestError::Malformed(_))));
+        assert_eq!(parse_release("r-42", bytes), two_steps);
     }
 
     #[test]
