@@ -505,13 +505,20 @@ pub(crate) mod tests {
         assert!(Scope::ptr_eq(reused.usable["c-log"].scope(), &log_scope));
     }
 
-    #[test]
-    fn the_cited_calls_resolved_alone_complete_into_the_whole_resolution() {
+    /// [`run_evidence`] with a fourth call, "c-extra" (found logs), which
+    /// [`good_draft`] does not cite.
+    pub(crate) fn run_evidence_with_an_uncited_call() -> RunEvidence {
         let mut evidence = run_evidence();
         evidence.calls.push("c-extra".into());
         evidence
             .records
             .insert("c-extra".into(), log_found("r", "c-extra"));
+        evidence
+    }
+
+    #[test]
+    fn the_cited_calls_resolved_alone_complete_into_the_whole_resolution() {
+        let evidence = run_evidence_with_an_uncited_call();
         let cited: Vec<String> = ["c-log", "c-ghost", " "].map(String::from).to_vec();
         let alone = evidence.resolve_cited(&cited);
         let mut judged: Vec<&str> = alone

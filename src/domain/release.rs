@@ -528,7 +528,9 @@ pub fn after_judgement(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::evidence_guard::tests::{good_draft, run_evidence};
+    use crate::domain::evidence_guard::tests::{
+        good_draft, run_evidence, run_evidence_with_an_uncited_call,
+    };
     use crate::domain::evidence_guard::Rule;
     use crate::domain::invocation::tests::{log_found, mysql_none};
     use serde_json::json;
@@ -632,11 +634,7 @@ mod tests {
     /// it from scratch gives it (the checks before it read the cited calls alone).
     #[test]
     fn a_repair_gets_the_whole_run_with_the_calls_not_cited() {
-        let mut evidence = run_evidence();
-        evidence.calls.push("c-extra".into());
-        evidence
-            .records
-            .insert("c-extra".into(), log_found("r", "c-extra"));
+        let evidence = run_evidence_with_an_uncited_call();
         let mut draft = good_draft();
         draft.analyses[0].tool_call_ids = vec!["c-ghost".into()];
         let cited = draft.cited_call_ids();
