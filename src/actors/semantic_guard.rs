@@ -73,8 +73,8 @@ pub struct Judge {
     pub query: String,
     /// Shared with the supervisor, which builds the result from it.
     pub judged: std::sync::Arc<Judgeable>,
-    /// The release read the cancel marker right before this (its one load, with nothing
-    /// but computation since): the first attempt does not read it again.
+    /// The release read the cancel marker right before this (its begin script, with
+    /// nothing but computation since): the first attempt does not read it again.
     pub marker_read: bool,
 }
 
