@@ -12,6 +12,7 @@ use actix::{
 
 use super::budget::{BudgetActor, Reserve, Settle, Usage};
 use super::supervisor::{AttemptRecorded, AttemptStarted};
+use crate::config::StructuredOutput;
 use crate::domain::audit::{millis, AttemptOutcome, CancelSource, ModelAttempt, ModelRole};
 use crate::domain::budget::{estimate_tokens, Cost};
 use crate::model::verdict::{read_completion, usage, AnswerError};
@@ -63,6 +64,17 @@ pub struct AttemptContext {
     pub budget: Addr<BudgetActor>,
     pub started: Recipient<AttemptStarted>,
     pub recorded: Recipient<AttemptRecorded>,
+}
+
+/// What a model-calling actor (Repair, SemanticGuard) needs besides its message: its
+/// run's [`AttemptContext`], its role's settings and the model's name and structured-output
+/// mode. The actor keeps it in an `Rc` that its pending call's future shares: a release
+/// waiting on the model holds it once, not copied into the future.
+pub struct ModelJob<S> {
+    pub context: AttemptContext,
+    pub settings: S,
+    pub model_name: String,
+    pub structured_output: StructuredOutput,
 }
 
 /// Per-call bounds.

@@ -9,11 +9,11 @@ use std::time::Duration;
 use actix::{Actor, ActorContext, Context, Handler, Message, ResponseFuture, SpawnHandle};
 
 use super::attempt::{
-    abort_pending_call, attempt, own_pending_call, AttemptContext, AttemptLimits, AttemptResult,
+    abort_pending_call, attempt, own_pending_call, AttemptLimits, AttemptResult, ModelJob,
     OwnsPendingCall,
 };
 use super::{AbortChild, StepOutcome, StopChild};
-use crate::config::{RepairConfig, StructuredOutput};
+use crate::config::RepairConfig;
 use crate::domain::draft::Draft;
 use crate::domain::evidence_guard::Violation;
 use crate::domain::release::RepairFailure;
@@ -22,35 +22,17 @@ use crate::model::prompts::{new_nonce, repair_request, RequestShape, UsableCallR
 use crate::model::verdict::parse_repaired_draft;
 
 pub struct RepairActor {
-    job: Rc<RepairJob>,
+    job: Rc<ModelJob<RepairConfig>>,
     /// Set once the one repair has been asked for: a second request is refused.
     used: bool,
     /// The pending repair future; cancelling it drops the HTTP request in flight.
     pending: Option<SpawnHandle>,
 }
 
-/// What the repair needs besides its message, shared with its future (not copied into it).
-struct RepairJob {
-    context: AttemptContext,
-    settings: RepairConfig,
-    model_name: String,
-    structured_output: StructuredOutput,
-}
-
 impl RepairActor {
-    pub fn new(
-        context: AttemptContext,
-        settings: RepairConfig,
-        model_name: String,
-        structured_output: StructuredOutput,
-    ) -> Self {
+    pub fn new(job: ModelJob<RepairConfig>) -> Self {
         RepairActor {
-            job: Rc::new(RepairJob {
-                context,
-                settings,
-                model_name,
-                structured_output,
-            }),
+            job: Rc::new(job),
             used: false,
             pending: None,
         }
@@ -77,8 +59,11 @@ pub struct RepairDraft {
     pub usable: Vec<UsableCallRef>,
 }
 
-async fn repair(job: Rc<RepairJob>, msg: RepairDraft) -> StepOutcome<Result<Draft, RepairFailure>> {
-    let RepairJob {
+async fn repair(
+    job: Rc<ModelJob<RepairConfig>>,
+    msg: RepairDraft,
+) -> StepOutcome<Result<Draft, RepairFailure>> {
+    let ModelJob {
         context,
         settings,
         model_name,

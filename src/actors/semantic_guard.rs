@@ -11,45 +11,26 @@ use actix::{Actor, ActorContext, Context, Handler, Message, ResponseFuture, Spaw
 use tokio::time::Instant;
 
 use super::attempt::{
-    abort_pending_call, attempt, own_pending_call, AttemptContext, AttemptLimits, AttemptResult,
+    abort_pending_call, attempt, own_pending_call, AttemptLimits, AttemptResult, ModelJob,
     OwnsPendingCall,
 };
 use super::{AbortChild, StepOutcome, StopChild};
-use crate::config::{SemanticGuardConfig, StructuredOutput};
+use crate::config::SemanticGuardConfig;
 use crate::domain::audit::AttemptOutcome;
 use crate::domain::release::{Judgeable, Judgement};
 use crate::model::prompts::{new_nonce, semantic_request, RequestShape};
 use crate::model::verdict::parse_verdict;
 
 pub struct SemanticGuardActor {
-    job: Rc<JudgeJob>,
+    job: Rc<ModelJob<SemanticGuardConfig>>,
     /// The pending judgement future; cancelling it drops the HTTP request in flight.
     pending: Option<SpawnHandle>,
 }
 
-/// What a judgement needs besides its message, shared with its future: a release waiting
-/// on the model holds it once, not copied into the future.
-struct JudgeJob {
-    context: AttemptContext,
-    settings: SemanticGuardConfig,
-    model_name: String,
-    structured_output: StructuredOutput,
-}
-
 impl SemanticGuardActor {
-    pub fn new(
-        context: AttemptContext,
-        settings: SemanticGuardConfig,
-        model_name: String,
-        structured_output: StructuredOutput,
-    ) -> Self {
+    pub fn new(job: ModelJob<SemanticGuardConfig>) -> Self {
         SemanticGuardActor {
-            job: Rc::new(JudgeJob {
-                context,
-                settings,
-                model_name,
-                structured_output,
-            }),
+            job: Rc::new(job),
             pending: None,
         }
     }
@@ -78,8 +59,8 @@ pub struct Judge {
     pub marker_read: bool,
 }
 
-async fn judge(job: Rc<JudgeJob>, msg: Judge) -> StepOutcome<Judgement> {
-    let JudgeJob {
+async fn judge(job: Rc<ModelJob<SemanticGuardConfig>>, msg: Judge) -> StepOutcome<Judgement> {
+    let ModelJob {
         context,
         settings,
         model_name,

@@ -28,6 +28,7 @@ use actix::{
 };
 use tokio::sync::oneshot;
 
+use super::attempt::{AttemptContext, ModelJob};
 use super::budget::BudgetActor;
 use super::evidence_guard::EvidenceGuardActor;
 use super::registry::RunRegistry;
@@ -151,21 +152,22 @@ impl RunSupervisor {
             .clone()
     }
 
-    /// What a model-calling child needs from its run (the run's one Budget actor, started
-    /// with the first of them).
-    fn attempt_context(
+    /// What a model-calling child needs, with its role's `settings` (the run's one Budget
+    /// actor is started with the first of them); None when no model is configured.
+    fn model_job<S>(
         &mut self,
         role: ModelRole,
-        client: crate::model::ModelClient,
+        settings: S,
         ctx: &mut Context<Self>,
-    ) -> super::attempt::AttemptContext {
+    ) -> Option<ModelJob<S>> {
+        let client = self.harness.model.clone()?;
         let limits = self.harness.config.budget_limits();
         let budget = self
             .children
             .budget
             .get_or_insert_with(|| BudgetActor::new(limits).start())
             .clone();
-        super::attempt::AttemptContext {
+        let context = AttemptContext {
             role,
             run_id: self.run_id.clone(),
             client,
@@ -173,22 +175,22 @@ impl RunSupervisor {
             budget,
             started: ctx.address().recipient(),
             recorded: ctx.address().recipient(),
-        }
+        };
+        let model = &self.harness.config.model;
+        Some(ModelJob {
+            context,
+            settings,
+            model_name: model.name.clone(),
+            structured_output: model.structured_output,
+        })
     }
 
     /// The Repair actor (None when no model is configured).
     fn repair_actor(&mut self, ctx: &mut Context<Self>) -> Option<Addr<RepairActor>> {
         if self.children.repair.is_none() {
-            let client = self.harness.model.clone()?;
-            let context = self.attempt_context(ModelRole::Repair, client, ctx);
-            let config = &self.harness.config;
-            let actor = RepairActor::new(
-                context,
-                config.repair.clone(),
-                config.model.name.clone(),
-                config.model.structured_output,
-            );
-            self.children.repair = Some(actor.start());
+            let settings = self.harness.config.repair.clone();
+            let job = self.model_job(ModelRole::Repair, settings, ctx)?;
+            self.children.repair = Some(RepairActor::new(job).start());
         }
         self.children.repair.clone()
     }
@@ -196,16 +198,9 @@ impl RunSupervisor {
     /// The SemanticGuard actor (None when no model is configured).
     fn semantic_actor(&mut self, ctx: &mut Context<Self>) -> Option<Addr<SemanticGuardActor>> {
         if self.children.semantic.is_none() {
-            let client = self.harness.model.clone()?;
-            let context = self.attempt_context(ModelRole::Semantic, client, ctx);
-            let config = &self.harness.config;
-            let actor = SemanticGuardActor::new(
-                context,
-                config.semantic_guard.clone(),
-                config.model.name.clone(),
-                config.model.structured_output,
-            );
-            self.children.semantic = Some(actor.start());
+            let settings = self.harness.config.semantic_guard.clone();
+            let job = self.model_job(ModelRole::Semantic, settings, ctx)?;
+            self.children.semantic = Some(SemanticGuardActor::new(job).start());
         }
         self.children.semantic.clone()
     }
