@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::domain::draft::Draft;
 use crate::domain::invocation::{resolve_call, RawRecord, ToolName};
 use crate::domain::release::DraftInput;
-use crate::domain::request::{parse_release, ReleaseBody};
+use crate::domain::request::{in_two_steps, parse_release};
 use crate::model::verdict::{parse_repaired_draft, parse_verdict};
 
 /// A fuzz target: its name (also its file `fuzz/fuzz_targets/NAME.rs` and its corpus
@@ -86,7 +86,7 @@ pub fn repair_answer(data: &[u8]) {
 
 /// The body of `POST /v1/runs/{run_id}/release`, as the route reads it.
 pub fn request_body(data: &[u8]) {
-    let two_steps = ReleaseBody::parse(data).and_then(|body| body.into_request(RUN_ID));
+    let two_steps = in_two_steps(RUN_ID, data);
     assert_eq!(
         parse_release(RUN_ID, data),
         two_steps,

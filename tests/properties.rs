@@ -29,7 +29,7 @@ use release_harness::domain::release::{
     self, after_judgement, DraftInput, Judgement, ReleasePolicy, ReleaseResult, Step, StopReason,
 };
 use release_harness::domain::repair_check::compare;
-use release_harness::domain::request::{parse_release, ReleaseBody};
+use release_harness::domain::request::{in_two_steps, parse_release};
 use release_harness::domain::snapshot::{ProgressSnapshot, SnapshotLimits};
 use release_harness::model::prompts::{semantic_request, RequestShape};
 
@@ -320,7 +320,7 @@ fn parse_everything(text: &str) -> Result<(), TestCaseError> {
 
 /// A body's request: the one-pass parse answers exactly what the two steps answer.
 fn parse_body(bytes: &[u8]) -> Result<(), TestCaseError> {
-    let two_steps = ReleaseBody::parse(bytes).and_then(|body| body.into_request("r-42"));
+    let two_steps = in_two_steps("r-42", bytes);
     prop_assert_eq!(parse_release("r-42", bytes), two_steps);
     Ok(())
 }

@@ -100,7 +100,13 @@ fn starts_an_object(bytes: &[u8]) -> bool {
 /// which find where the Draft's text is first and parse it after, so that a Draft that
 /// does not parse is a release outcome and not a bad request.
 pub fn parse_release(run_id: &str, bytes: &[u8]) -> Result<ReleaseRequest, RequestError> {
-    one_pass(run_id, bytes).unwrap_or_else(|| ReleaseBody::parse(bytes)?.into_request(run_id))
+    one_pass(run_id, bytes).unwrap_or_else(|| in_two_steps(run_id, bytes))
+}
+
+/// [`ReleaseBody::parse`], then [`ReleaseBody::into_request`]: any body's answer, and what
+/// the one pass must answer too.
+pub fn in_two_steps(run_id: &str, bytes: &[u8]) -> Result<ReleaseRequest, RequestError> {
+    ReleaseBody::parse(bytes)?.into_request(run_id)
 }
 
 /// The request of a well-formed body whose Draft is an object that parses (or `null`, or
@@ -211,7 +217,7 @@ mod tests {
     use super::*;
 
     fn body(json: &str) -> Result<ReleaseRequest, RequestError> {
-        ReleaseBody::parse(json.as_bytes())?.into_request("r-42")
+        in_two_steps("r-42", json.as_bytes())
     }
 
     #[test]
@@ -293,8 +299,7 @@ mod tests {
                 i < 4,
                 "one pass only for a Draft object that parses: {body}"
             );
-            let two_steps =
-                ReleaseBody::parse(body.as_bytes()).and_then(|b| b.into_request("r-42"));
+            let two_steps = in_two_steps("r-42", body.as_bytes());
             assert_eq!(parse_release("r-42", body.as_bytes()), two_steps, "{body}");
         }
         assert!(matches!(
@@ -312,7 +317,7 @@ mod tests {
         // Not UTF-8: the two steps, which name where.
         let bytes = b"{\"query\": \"\xff\", \"draft\": {\"conclusion\": null, \"analyses\": []}}";
         assert!(one_pass("r-42", bytes).is_none());
-        let two_steps = ReleaseBody::parse(bytes).and_then(|b| b.into_request("r-42"));
+        let two_steps = in_two_steps("r-42", bytes);
         assert!(matches!(two_steps, Err(RequestError::Malformed(_))));
         assert_eq!(parse_release("r-42", bytes), two_steps);
     }
