@@ -101,23 +101,50 @@ end
     };
 }
 
-/// How [`BEGIN_SCRIPT`] reads a run's evidence:
-/// `load_run(calls_key, first, a)` appends the calls list (bounded: its most recent
-/// ARGV[a] ids, each at most ARGV[a+1] bytes; longer ones are answered as "" and not looked
-/// up) and the guard's fields of the records of the cited ids (KEYS[first..]) and then of
-/// the listed calls, most recent first (their keys are ARGV[a+4] followed by the id: the
-/// run's own key prefix, so every key is in the run's slot). Ids that are not UTF-8, blank
-/// (Unicode white space only), over-long or repeated are not looked up, as
-/// [`super::lookup_ids`] does for the cited ones. A record whose fields total more than
-/// ARGV[a+2] bytes, or that would take the release past its budget ARGV[a+3], is answered
-/// by its size only; other types by their type. ARGV[a+5..]: the fields.
+/// The start of a release, in one step: a stored result is answered as it is; a lock held
+/// by another token answers that token and how long its lease has left; otherwise the lock
+/// is taken (or kept, for the same token) for one lease and, unless the cancel marker is
+/// set, the run's evidence is read at once, so that a release needs no second round trip
+/// before it decides.
 ///
+/// The evidence: the calls list (bounded: its most recent ARGV[3] ids, each at most ARGV[4]
+/// bytes; longer ones are answered as "" and not looked up) and the guard's fields of the
+/// records of the cited ids (KEYS[5..]) and then of the listed calls, most recent first
+/// (their keys are ARGV[7] followed by the id: the run's own key prefix, so every key is in
+/// the run's slot). Ids that are not UTF-8, blank (Unicode white space only), over-long or
+/// repeated are not looked up, as [`super::lookup_ids`] does for the cited ones. A record
+/// whose fields total more than ARGV[5] bytes, or that would take the release past its
+/// budget ARGV[6], is answered by its size only; other types by their type.
+///
+/// KEYS: release, lock, cancelled, calls, cited record keys.
+/// ARGV: token, lease ms, max calls, max id bytes, max record bytes, budget, record key
+/// prefix, the fields.
 /// The answer is one string of items ([`Items`]: `LEN:BYTES`, or `-` for nil), which costs
-/// far less to read than nested replies: calls: `ok` N ids... | `missing` | `wrong_type`
-/// TYPE; then the records as [`read_records`] reads them.
-macro_rules! run_loader_lua {
-    () => {
-        r#"
+/// far less to read than nested replies: `stored` RESULT | `locked` TOKEN MS | `cancelled`
+/// | `taken`, then the calls (`ok` N ids... | `missing` | `wrong_type` TYPE) and the
+/// records as [`read_records`] reads them.
+const BEGIN_SCRIPT: &str = concat!(
+    record_reader_lua!(),
+    r#"
+local stored = redis.call("GET", KEYS[1])
+if stored then
+  put("stored")
+  put(stored)
+  return table.concat(out)
+end
+local holder = redis.call("GET", KEYS[2])
+if holder and holder ~= ARGV[1] then
+  put("locked")
+  put(holder)
+  put(math.max(0, redis.call("PTTL", KEYS[2])))
+  return table.concat(out)
+end
+redis.call("SET", KEYS[2], ARGV[1], "PX", ARGV[2])
+if redis.call("EXISTS", KEYS[3]) == 1 then
+  put("cancelled")
+  return table.concat(out)
+end
+put("taken")
 local function utf8(s)
   local i, n = 1, #s
   while i <= n do
@@ -146,89 +173,49 @@ local function blank(id)
   rest = rest:gsub("\227\128\128", "")
   return #rest == 0
 end
-local function load_run(calls_key, first, a)
-  local max_calls, max_id = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local max_record, budget = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local prefix = ARGV[a + 4]
-  local fields = {}
-  for i = a + 5, #ARGV do fields[#fields + 1] = ARGV[i] end
-  local listed = {}
-  local t = redis.call("TYPE", calls_key)["ok"]
-  if t == "none" then
-    put("missing")
-  elseif t ~= "list" then
-    put("wrong_type")
-    put(t)
-  else
-    listed = redis.call("LRANGE", calls_key, -max_calls, -1)
-    put("ok")
-    put(#listed)
-    for i, id in ipairs(listed) do
-      if #id > max_id then listed[i] = "" end
-      put(listed[i])
-    end
-  end
-  local ids, keys, seen = {}, {}, {}
-  for i = first, #KEYS do
-    local id = string.sub(KEYS[i], #prefix + 1)
-    if not seen[id] then
-      seen[id] = true
-      ids[#ids + 1] = id
-      keys[#keys + 1] = KEYS[i]
-    end
-  end
-  for i = #listed, 1, -1 do
-    local id = listed[i]
-    if id ~= "" and not seen[id] and utf8(id) and not blank(id) then
-      seen[id] = true
-      ids[#ids + 1] = id
-      keys[#keys + 1] = prefix .. id
-    end
-  end
-  put(#ids)
-  for i, key in ipairs(keys) do
-    put(ids[i])
-    budget = read_record(key, fields, max_record, budget)
+local max_calls, max_id = tonumber(ARGV[3]), tonumber(ARGV[4])
+local max_record, budget = tonumber(ARGV[5]), tonumber(ARGV[6])
+local prefix = ARGV[7]
+local fields = {}
+for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
+local listed = {}
+local t = redis.call("TYPE", KEYS[4])["ok"]
+if t == "none" then
+  put("missing")
+elseif t ~= "list" then
+  put("wrong_type")
+  put(t)
+else
+  listed = redis.call("LRANGE", KEYS[4], -max_calls, -1)
+  put("ok")
+  put(#listed)
+  for i, id in ipairs(listed) do
+    if #id > max_id then listed[i] = "" end
+    put(listed[i])
   end
 end
-"#
-    };
-}
-
-/// The start of a release, in one step: a stored result is answered as it is; a lock held
-/// by another token answers that token and how long its lease has left; otherwise the lock
-/// is taken (or kept, for the same token) for one lease and, unless the cancel marker is
-/// set, the run's evidence is read at once ([`run_loader_lua`]), so that a release needs
-/// no second round trip before it decides.
-/// KEYS: release, lock, cancelled, calls, cited record keys.
-/// ARGV: token, lease ms, then the loader's: max calls, max id bytes, max record bytes,
-/// budget, record key prefix, the fields.
-/// Answers items ([`Items`]): `stored` RESULT | `locked` TOKEN MS | `cancelled` | `taken`
-/// followed by the loader's answer.
-const BEGIN_SCRIPT: &str = concat!(
-    record_reader_lua!(),
-    run_loader_lua!(),
-    r#"
-local stored = redis.call("GET", KEYS[1])
-if stored then
-  put("stored")
-  put(stored)
-  return table.concat(out)
+local ids, keys, seen = {}, {}, {}
+for i = 5, #KEYS do
+  local id = string.sub(KEYS[i], #prefix + 1)
+  if not seen[id] then
+    seen[id] = true
+    ids[#ids + 1] = id
+    keys[#keys + 1] = KEYS[i]
+  end
 end
-local holder = redis.call("GET", KEYS[2])
-if holder and holder ~= ARGV[1] then
-  put("locked")
-  put(holder)
-  put(math.max(0, redis.call("PTTL", KEYS[2])))
-  return table.concat(out)
+for i = #listed, 1, -1 do
+  local id = listed[i]
+  if id ~= "" and not seen[id] and utf8(id) and not blank(id) then
+    seen[id] = true
+    ids[#ids + 1] = id
+    keys[#keys + 1] = prefix .. id
+  end
 end
-redis.call("SET", KEYS[2], ARGV[1], "PX", ARGV[2])
-if redis.call("EXISTS", KEYS[3]) == 1 then
-  put("cancelled")
-  return table.concat(out)
+put(#ids)
+for i, key in ipairs(keys) do
+  put(ids[i])
+  budget = read_record(key, fields, max_record, budget)
 end
-put("taken")
-load_run(KEYS[4], 5, 3)
 return table.concat(out)
 "#
 );
@@ -500,15 +487,29 @@ impl RedisStore {
     ) -> Result<Begin, StoreError> {
         let script = &self.scripts.begin;
         let call_prefix = self.keys.call(run, "");
-        let keys = [
-            self.keys.release(run),
-            self.keys.lock(run),
-            self.keys.cancelled(run),
-            self.keys.calls(run),
-        ];
-        let cmd = self.run_reading_command(script, &keys, &call_prefix, reading, |cmd| {
-            cmd.arg(token).arg(lease.as_millis() as u64);
-        });
+        let cited = reading.cited;
+        let cited_bytes: usize = cited.iter().map(|id| call_prefix.len() + id.len()).sum();
+        let mut cmd = evalsha(
+            script,
+            4 + cited.len(),
+            4 + cited.len() + 7 + RECORD_FIELDS.len(),
+            5 * call_prefix.len() + cited_bytes + token.len() + 300,
+        );
+        cmd.arg(self.keys.release(run))
+            .arg(self.keys.lock(run))
+            .arg(self.keys.cancelled(run))
+            .arg(self.keys.calls(run));
+        for id in cited {
+            cmd.arg(self.keys.call(run, id));
+        }
+        cmd.arg(token)
+            .arg(lease.as_millis() as u64)
+            .arg(reading.max_calls.max(1))
+            .arg(MAX_CALL_ID_BYTES)
+            .arg(reading.limits.max_record_bytes)
+            .arg(reading.limits.max_release_bytes)
+            .arg(call_prefix)
+            .arg(&RECORD_FIELDS[..]);
         let mut conn = self.conn.clone();
         let answer: Vec<u8> = invoke(script, &cmd, &mut conn)
             .await
@@ -517,48 +518,6 @@ impl RedisStore {
             telemetry::store_error("begin");
             StoreError::unavailable("begin", format!("unexpected {what} from the begin script"))
         })
-    }
-
-    /// An [`evalsha`] of a script that reads a run ([`run_loader_lua`]): its own `keys`,
-    /// then the cited records' keys; its own arguments (`args` adds at most two, of at most
-    /// 100 bytes), then the loader's.
-    fn run_reading_command(
-        &self,
-        script: &Script,
-        keys: &[String],
-        call_prefix: &str,
-        reading: Reading<'_>,
-        args: impl FnOnce(&mut Cmd),
-    ) -> Cmd {
-        let cited = reading.cited;
-        let keys_bytes: usize = keys.iter().map(String::len).sum::<usize>()
-            + cited
-                .iter()
-                .map(|id| call_prefix.len() + id.len())
-                .sum::<usize>();
-        let mut cmd = evalsha(
-            script,
-            keys.len() + cited.len(),
-            keys.len() + cited.len() + 2 + 5 + RECORD_FIELDS.len(),
-            keys_bytes + call_prefix.len() + 300,
-        );
-        for key in keys {
-            cmd.arg(key);
-        }
-        for id in cited {
-            let mut key = String::with_capacity(call_prefix.len() + id.len());
-            key.push_str(call_prefix);
-            key.push_str(id);
-            cmd.arg(key);
-        }
-        args(&mut cmd);
-        cmd.arg(reading.max_calls.max(1))
-            .arg(MAX_CALL_ID_BYTES)
-            .arg(reading.limits.max_record_bytes)
-            .arg(reading.limits.max_release_bytes)
-            .arg(call_prefix)
-            .arg(&RECORD_FIELDS[..]);
-        cmd
     }
 
     /// The records of `ids` within `budget` bytes ([`RECORDS_SCRIPT`]; the ids a repaired
@@ -1012,7 +971,7 @@ fn read_begin(answer: &[u8], run: &str, max_record_bytes: u64) -> Result<Begin, 
     Ok(begin)
 }
 
-/// What [`run_loader_lua`] answered: the calls list, then the records.
+/// The evidence [`BEGIN_SCRIPT`] read: the calls list, then the records.
 fn read_run(
     items: &mut Items<'_>,
     max_record_bytes: u64,
