@@ -357,10 +357,11 @@ impl Handler<Run> for RunSupervisor {
         // The begin script also reads the run, for the Draft's citations: a release that
         // takes the lock has its evidence in the same round trip.
         let cited = match &self.request {
-            Some(request) if !request.stop_reason.is_controlled_stop() => match &request.draft {
-                DraftInput::Parsed(d) => d.cited_call_ids(),
-                _ => Vec::new(),
-            },
+            Some(ReleaseRequest {
+                stop_reason,
+                draft: DraftInput::Parsed(d),
+                ..
+            }) if !stop_reason.is_controlled_stop() => d.cited_call_ids(),
             _ => Vec::new(),
         };
         let store = self.harness.store.clone();
