@@ -26,6 +26,14 @@
 #        SCENARIOS="repaired" ...   other soak scenarios (e.g. `repaired`: one repair call,
 #                         then one judge call)
 #        H2=1 ...         the releases and the model calls over h2c (HTTP/2, prior knowledge)
+#        DRIVER=path ...  this build drives the soak (no release build of this checkout;
+#                         e.g. the `before` build, while comparing profiling builds)
+#        VECTOR_STRINGS=1 ...  glibc's memset and memcpy use vector stores at every size,
+#                         not `rep stosb`/`rep movsb` above about 2 kB: callgrind counts
+#                         each byte a rep string instruction moves as one instruction (a
+#                         3 kB memset counts 3,088 where the vector loop counts about 100,
+#                         and the CPU takes tens of cycles either way). For a second figure
+#                         beside the plain one, never instead of it.
 #        ANNOTATE=1 ...   also keeps the long runs' profiles in soak-reports/ and prints
 #                         their top functions (build with `--profile profiling` for symbols)
 set -euo pipefail
@@ -39,9 +47,17 @@ trap 'cleanup "$work"' EXIT
 start_redis "$work"
 serve_bin=${BIN:-}
 unset BIN
+# DRIVER=path: the build that drives the soak, instead of building this checkout's.
+BIN=${DRIVER:-}
 release_bin
 driver=$BIN
 bin=${serve_bin:-$driver}
+# The thresholds above which glibc (x86-64) switches to rep string instructions.
+tunables=${GLIBC_TUNABLES:-}
+if [ -n "${VECTOR_STRINGS:-}" ]; then
+  big=$((1 << 40))
+  tunables="glibc.cpu.x86_rep_stosb_threshold=$big:glibc.cpu.x86_rep_movsb_threshold=$big"
+fi
 h2=false
 [ -n "${H2:-}" ] && h2=true
 
@@ -57,7 +73,7 @@ run_count() {
     HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__SERVER__API_TOKEN=ins-token \
     HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" RUST_LOG=warn \
     HARNESS__MODEL__HTTP2_PRIOR_KNOWLEDGE="$h2" HARNESS__SERVER__ACCEPT_H2C="$h2" \
-    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" "$bin" serve \
+    env ${tunables:+GLIBC_TUNABLES="$tunables"} valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" "$bin" serve \
     >"$work/serve-$scenario-$seconds.log" 2>&1 &
   pid=$!
   track "$pid"

@@ -833,20 +833,35 @@ impl<'a> Items<'a> {
     }
 
     /// Where the next item is in the answer (None for nil), or `what` if the answer ends
-    /// or is malformed here.
+    /// or is malformed here. One pass over its length's digits up to the `:` (an item costs
+    /// about a third of what finding the `:` first and then reading the digits did).
     fn next_range(&mut self, what: &'static str) -> Result<Option<Range<usize>>, &'static str> {
-        let rest = &self.answer[self.at..];
-        if rest.first() == Some(&b'-') {
-            self.at += 1;
+        let answer = self.answer;
+        let mut at = self.at;
+        if answer.get(at) == Some(&b'-') {
+            self.at = at + 1;
             return Ok(None);
         }
-        let colon = memchr::memchr(b':', rest).ok_or(what)?;
-        let len = decimal(&rest[..colon]).ok_or(what)?;
-        let start = self.at + colon + 1;
-        let end = start.checked_add(len).ok_or(what)?;
-        if end > self.answer.len() {
-            return Err(what);
+        let mut len = 0usize;
+        loop {
+            match answer.get(at) {
+                Some(&digit) if digit.is_ascii_digit() => {
+                    len = len
+                        .checked_mul(10)
+                        .and_then(|n| n.checked_add(usize::from(digit - b'0')))
+                        .ok_or(what)?;
+                }
+                // At least one digit before the `:`.
+                Some(b':') if at > self.at => break,
+                _ => return Err(what),
+            }
+            at += 1;
         }
+        let start = at + 1;
+        let end = start
+            .checked_add(len)
+            .filter(|end| *end <= answer.len())
+            .ok_or(what)?;
         self.at = end;
         Ok(Some(start..end))
     }
@@ -1163,6 +1178,60 @@ mod tests {
             let mut items = Items::new(bad);
             let read = read_records(&mut items, 1 << 20).and_then(|_| items.end());
             assert!(read.is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    /// The reader as it was: find the `:`, then read the digits before it.
+    fn next_range_by_search(answer: &[u8], at: usize) -> Result<Option<Range<usize>>, ()> {
+        let rest = &answer[at..];
+        if rest.first() == Some(&b'-') {
+            return Ok(None);
+        }
+        let colon = memchr::memchr(b':', rest).ok_or(())?;
+        let len = decimal(&rest[..colon]).ok_or(())?;
+        let start = at + colon + 1;
+        let end = start.checked_add(len).ok_or(())?;
+        if end > answer.len() {
+            return Err(());
+        }
+        Ok(Some(start..end))
+    }
+
+    proptest::proptest! {
+        /// Items are read as finding the `:` first read them, from any bytes: answers as
+        /// written, and the same with bytes changed, cut off or long digit runs put in.
+        #[test]
+        fn items_are_read_as_before(
+            items in proptest::collection::vec(proptest::option::of(proptest::collection::vec(proptest::num::u8::ANY, 0..12)), 0..6),
+            edits in proptest::collection::vec((proptest::num::usize::ANY, proptest::sample::select(b"0123456789:-x\xff".to_vec())), 0..3),
+            digits in proptest::option::of("[0-9]{15,25}"),
+            cut in proptest::num::usize::ANY,
+        ) {
+            let items: Vec<Option<&[u8]>> = items.iter().map(|i| i.as_deref()).collect();
+            let mut bytes = answer(&items);
+            if let Some(digits) = digits {
+                bytes.splice(0..0, digits.bytes().chain(*b":"));
+            }
+            for (at, byte) in edits {
+                if !bytes.is_empty() {
+                    let i = at % bytes.len();
+                    bytes[i] = byte;
+                }
+            }
+            bytes.truncate(cut % (bytes.len() + 1).max(1) + bytes.len() / 2);
+            let mut items = Items::new(&bytes);
+            loop {
+                let at = items.at;
+                let before = next_range_by_search(&bytes, at);
+                let now = items.next_range("item").map_err(|_| ());
+                proptest::prop_assert_eq!(&now, &before, "at {} of {:?}", at, bytes);
+                if now.is_err() || items.at >= bytes.len() {
+                    break;
+                }
+                if now == Ok(None) {
+                    proptest::prop_assert_eq!(items.at, at + 1);
+                }
+            }
         }
     }
 }
