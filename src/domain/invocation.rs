@@ -6,6 +6,8 @@
 //! and its `agent_result` parses strictly as the projection of its tool and agrees with
 //! the record and with its own data.
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -29,10 +31,14 @@ pub const RECORD_FIELDS: [&str; 7] = [
 ///
 /// One slot per name of [`RECORD_FIELDS`]: any other field (`raw_response`,
 /// `started_at`, ...) cannot be held, so nothing downstream can show it. A store fills the
-/// slots by position ([`RawRecord::set`]); tests and fixtures by name.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// slots by position ([`RawRecord::set`]); tests and fixtures by name. The fields' text is
+/// kept in one `String` (one allocation per record, not one per field); a field set again
+/// leaves its earlier text behind, unread.
+#[derive(Clone, Default)]
 pub struct RawRecord {
-    fields: [Option<String>; RECORD_FIELDS.len()],
+    text: String,
+    /// Where each field's text is in `text`, if it is set.
+    fields: [Option<Range<usize>>; RECORD_FIELDS.len()],
 }
 
 impl RawRecord {
@@ -40,31 +46,51 @@ impl RawRecord {
         RawRecord::default()
     }
 
+    /// A record whose fields will take about `bytes` bytes.
+    pub fn with_capacity(bytes: usize) -> Self {
+        RawRecord {
+            text: String::with_capacity(bytes),
+            ..RawRecord::default()
+        }
+    }
+
     /// The position of `name` in [`RECORD_FIELDS`], if the harness reads it.
     fn slot(name: &str) -> Option<usize> {
         RECORD_FIELDS.iter().position(|f| *f == name)
     }
 
-    /// The field at position `index` of [`RECORD_FIELDS`] (ignored past the end).
-    pub fn set(&mut self, index: usize, value: String) {
+    /// Sets the field at position `index` of [`RECORD_FIELDS`] (ignored past the end).
+    pub fn set(&mut self, index: usize, value: &str) {
         if let Some(slot) = self.fields.get_mut(index) {
-            *slot = Some(value);
+            let start = self.text.len();
+            self.text.push_str(value);
+            *slot = Some(start..self.text.len());
         }
     }
 
+    /// The text of the field in `slot`, if it is set.
+    fn field(&self, slot: &Option<Range<usize>>) -> Option<&str> {
+        slot.clone().and_then(|range| self.text.get(range))
+    }
+
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.fields[Self::slot(name)?].as_deref()
+        self.field(&self.fields[Self::slot(name)?])
     }
 
     /// Sets `name` and answers its earlier value; a field the harness does not read is
     /// dropped.
     pub fn insert(&mut self, name: &str, value: impl Into<String>) -> Option<String> {
         let slot = Self::slot(name)?;
-        self.fields[slot].replace(value.into())
+        let earlier = self.remove(name);
+        self.set(slot, &value.into());
+        earlier
     }
 
     pub fn remove(&mut self, name: &str) -> Option<String> {
-        self.fields[Self::slot(name)?].take()
+        let slot = Self::slot(name)?;
+        let earlier = self.field(&self.fields[slot]).map(str::to_string);
+        self.fields[slot] = None;
+        earlier
     }
 
     /// No field is set (a missing record reads so).
@@ -77,12 +103,27 @@ impl RawRecord {
         RECORD_FIELDS
             .iter()
             .zip(&self.fields)
-            .filter_map(|(name, value)| Some((*name, value.as_deref()?)))
+            .filter_map(|(name, slot)| Some((*name, self.field(slot)?)))
     }
 
     /// Bytes of the fields that are set (what a record weighs against the read budgets).
     pub fn len_bytes(&self) -> u64 {
         self.iter().map(|(_, v)| v.len() as u64).sum()
+    }
+}
+
+/// Records are equal when their fields are (not the text a field set again left behind).
+impl PartialEq for RawRecord {
+    fn eq(&self, other: &RawRecord) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for RawRecord {}
+
+impl std::fmt::Debug for RawRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
     }
 }
 
@@ -241,13 +282,42 @@ pub struct MysqlProjection {
 pub struct MysqlScope {
     pub datasource: String,
     pub statement: String,
+    /// Only checked to be an object: its entries are the raw scope's (nothing reads them
+    /// typed, so no second map of them is built).
     #[serde(default)]
-    pub params: Option<serde_json::Map<String, Value>>,
+    pub params: Option<AnObject>,
     #[serde(default)]
     pub from: Option<String>,
     #[serde(default)]
     pub to: Option<String>,
     pub max_rows: u32,
+}
+
+/// A JSON object whose entries are not kept: read where a value must be an object and
+/// what it holds is read elsewhere. Its entries are skipped without building anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnObject;
+
+impl<'de> Deserialize<'de> for AnObject {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = AnObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                // What serde_json's `Map` says, which this replaced.
+                f.write_str("a map")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<AnObject, A::Error> {
+                use serde::de::IgnoredAny;
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(AnObject)
+            }
+        }
+        deserializer.deserialize_map(Entries)
+    }
 }
 
 /// A strictly parsed projection.
@@ -641,10 +711,24 @@ pub(crate) mod tests {
         );
         assert_eq!(rec.len_bytes(), 6);
         assert_eq!(rec.insert("lifecycle", "ERROR"), Some("READY".to_string()));
-        rec.set(5, "{}".to_string());
+        rec.set(5, "{}");
         assert_eq!(rec.get("agent_result"), Some("{}"));
-        rec.set(RECORD_FIELDS.len(), "past the end".to_string());
+        rec.set(RECORD_FIELDS.len(), "past the end");
         assert_eq!(rec.len_bytes(), 8);
+        // The text a field set again left behind plays no part.
+        let same: RawRecord = [
+            ("run_id", "r"),
+            ("lifecycle", "ERROR"),
+            ("agent_result", "{}"),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(rec, same);
+        assert_eq!(format!("{rec:?}"), format!("{same:?}"));
+        assert_eq!(
+            format!("{same:?}"),
+            r#"{"run_id": "r", "lifecycle": "ERROR", "agent_result": "{}"}"#
+        );
         for name in ["run_id", "lifecycle", "agent_result"] {
             assert!(rec.remove(name).is_some());
         }
@@ -739,6 +823,32 @@ pub(crate) mod tests {
             v["evidence_status"] = json!("NO_EVIDENCE");
         });
         assert_eq!(rule_of("r", "c", &ragged), Rule::ProjectionInvalid);
+    }
+
+    #[test]
+    fn mysql_params_must_be_an_object_if_given() {
+        for (params, usable) in [
+            (json!({"min_ms": 500, "tables": ["a", {"b": null}]}), true),
+            (json!({}), true),
+            (Value::Null, true),
+            (json!([1]), false),
+            (json!("min_ms=500"), false),
+            (json!(500), false),
+        ] {
+            let mut rec = mysql_none("r", "c");
+            edit_projection(&mut rec, |v| v["scope"]["params"] = params.clone());
+            let resolved = resolve_call("r", "c", Some(&rec));
+            assert_eq!(resolved.is_ok(), usable, "{params}");
+            if let Ok(call) = resolved {
+                // Kept as written, for what the harness shows.
+                assert_eq!(call.scope()["params"], params);
+            }
+        }
+        // The detail names the field as serde_json's map did.
+        let mut rec = mysql_none("r", "c");
+        edit_projection(&mut rec, |v| v["scope"]["params"] = json!([1]));
+        let detail = resolve_call("r", "c", Some(&rec)).unwrap_err().detail;
+        assert!(detail.contains("expected a map"), "{detail}");
     }
 
     #[test]

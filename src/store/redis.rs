@@ -1034,12 +1034,15 @@ fn read_records(
             "missing" => continue,
             "ok" => {
                 let size = items.number("record size")?;
-                let mut record = RawRecord::new();
+                // `size` is what the fields read hold (the script answers no more than
+                // evidence.max_record_bytes of them): the record's one allocation.
+                let capacity = usize::try_from(size.min(max_record_bytes)).unwrap_or(0);
+                let mut record = RawRecord::with_capacity(capacity);
                 let mut not_utf8 = None;
                 for (index, field) in RECORD_FIELDS.into_iter().enumerate() {
                     if let Some(value) = items.next("record field")? {
                         match value.text() {
-                            Some(text) => record.set(index, text.to_string()),
+                            Some(text) => record.set(index, text),
                             None => {
                                 not_utf8.get_or_insert(field);
                             }
