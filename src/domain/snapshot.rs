@@ -531,29 +531,25 @@ fn push_count(out: &mut String, n: u64, one: &str, many: &str) {
 fn push_window(out: &mut String, from: &str, to: &str, redact: &Redactor) {
     use chrono::{DateTime, Datelike, Timelike, Utc};
     let parse = |s: &str| DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc));
-    // Digits written by hand: chrono's `format` parses its pattern on every call. RFC 3339
-    // years have four digits, so four digits write what `%Y` would.
-    let digits = |out: &mut String, n: u32, width: usize| {
-        let buffer = &mut itoa::Buffer::new();
-        let n = buffer.format(n);
-        out.extend(std::iter::repeat_n('0', width.saturating_sub(n.len())));
-        out.push_str(n);
-    };
+    // Digits written by hand, two at a time: chrono's `format` parses its pattern on every
+    // call. RFC 3339 years have four digits, so two pairs write what `%Y` would.
     let clock = |out: &mut String, t: &DateTime<Utc>| {
-        digits(out, t.hour(), 2);
+        push_two_digits(out, t.hour());
         out.push(':');
-        digits(out, t.minute(), 2);
+        push_two_digits(out, t.minute());
         if t.second() != 0 {
             out.push(':');
-            digits(out, t.second(), 2);
+            push_two_digits(out, t.second());
         }
     };
     let date = |out: &mut String, t: &DateTime<Utc>| {
-        digits(out, t.year().unsigned_abs(), 4);
+        let year = t.year().unsigned_abs();
+        push_two_digits(out, year / 100);
+        push_two_digits(out, year);
         out.push('-');
-        digits(out, t.month(), 2);
+        push_two_digits(out, t.month());
         out.push('-');
-        digits(out, t.day(), 2);
+        push_two_digits(out, t.day());
         out.push(' ');
     };
     match (parse(from), parse(to)) {
@@ -575,6 +571,13 @@ fn push_window(out: &mut String, from: &str, to: &str, redact: &Redactor) {
             redact.push_text(out, to);
         }
     }
+}
+
+/// The last two decimal digits of `n` (`%02d` of a number below 100).
+fn push_two_digits(out: &mut String, n: u32) {
+    let digit = |d: u32| char::from_digit(d % 10, 10).unwrap_or('0');
+    out.push(digit(n / 10));
+    out.push(digit(n));
 }
 
 /// [`push_window`] into a String of its own.
@@ -954,6 +957,37 @@ mod tests {
     }
 
     proptest! {
+        /// Windows read as chrono's own formatting writes them, at any instant and offset
+        /// RFC 3339 can write.
+        #[test]
+        fn windows_are_written_as_chrono_formats_them(
+            a in 0i64..253_402_000_000,
+            span in prop_oneof![0i64..86_400, 0i64..10_000_000_000],
+            offsets in (-86_340i32..86_340, -86_340i32..86_340),
+            whole_minutes in any::<bool>(),
+        ) {
+            use chrono::{DateTime, FixedOffset, Utc};
+            let a = if whole_minutes { a - a % 60 } else { a };
+            let b = (a + span).min(253_402_000_000);
+            let at = |secs: i64, offset: i32| {
+                let zone = FixedOffset::east_opt(offset - offset % 60).unwrap();
+                DateTime::from_timestamp(secs, 0).unwrap().with_timezone(&zone)
+            };
+            let (from, to) = (at(a, offsets.0), at(b, offsets.1));
+            let (ua, ub) = (from.with_timezone(&Utc), to.with_timezone(&Utc));
+            let clock = |t: &DateTime<Utc>| {
+                t.format(if t.format("%S").to_string() == "00" { "%H:%M" } else { "%H:%M:%S" })
+                    .to_string()
+            };
+            let expected = if ua.date_naive() == ub.date_naive() {
+                format!("{}–{}", clock(&ua), clock(&ub))
+            } else {
+                format!("{} {}–{} {}", ua.format("%Y-%m-%d"), clock(&ua), ub.format("%Y-%m-%d"), clock(&ub))
+            };
+            let ids = RunIdentifiers::new(["c-1"], "aiops");
+            let redact = Redactor::new(&ids, CopyLimits::default());
+            prop_assert_eq!(window(&from.to_rfc3339(), &to.to_rfc3339(), &redact), expected);
+        }
         /// The bounds that spare measuring facts and sources are never below their size.
         #[test]
         fn fact_and_source_bounds_are_never_below_their_json_size(
