@@ -11,12 +11,13 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use actix::dev::{MessageResponse, OneshotSender};
 use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, MessageResult,
     ResponseFuture, WrapFuture,
 };
 
-use super::supervisor::{Cancel, LockLost, Run, RunSupervisor};
+use super::supervisor::{Cancel, LockLost, RunSupervisor};
 use super::{Harness, ReleaseError, ReleaseRequest, Released};
 use crate::domain::audit::CancelSource;
 use crate::store::{new_lock_token, StoreError, Watch, Watched};
@@ -172,51 +173,66 @@ pub struct InFlight;
 pub struct Drain;
 
 impl Handler<StartRelease> for RunRegistry {
-    type Result = ResponseFuture<Result<Released, ReleaseError>>;
+    type Result = Starting;
 
-    fn handle(&mut self, msg: StartRelease, ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: StartRelease, ctx: &mut Self::Context) -> Starting {
         if self.draining {
-            return Box::pin(async { Err(ReleaseError::ShuttingDown) });
+            return Starting::Answer(Err(ReleaseError::ShuttingDown));
         }
         let run_id = msg.0.run_id.clone();
         if self.runs.contains_key(&run_id) {
-            let holder = Some(self.harness.replica.to_string());
-            return Box::pin(async move {
-                Err(ReleaseError::InFlight {
-                    holder,
-                    retry_after: Duration::from_secs(1),
-                })
-            });
+            return Starting::Answer(Err(ReleaseError::InFlight {
+                holder: Some(self.harness.replica.to_string()),
+                retry_after: Duration::from_secs(1),
+            }));
         }
         self.next_id += 1;
         let id = self.next_id;
         let token = new_lock_token(&self.harness.replica);
-        let supervisor = RunSupervisor::new(
-            id,
-            msg.0,
-            token.clone(),
-            self.harness.clone(),
-            ctx.address(),
-        )
-        .start();
+        // The supervisor runs once the caller's reply is handed to it (`Starting::handle`);
+        // its address exists before, so that the run is registered first.
+        let context = Context::new();
         self.runs.insert(
             run_id,
             InFlightRun {
                 supervisor: id,
-                addr: supervisor.clone(),
-                token,
+                addr: context.address(),
+                token: token.clone(),
                 held: false,
                 renewed_at: Instant::now(),
             },
         );
+        let supervisor = RunSupervisor::new(id, msg.0, token, self.harness.clone(), ctx.address());
         telemetry::run_started();
-        Box::pin(async move {
-            supervisor.send(Run).await.unwrap_or_else(|e| {
-                Err(ReleaseError::Internal(format!(
-                    "the run supervisor is gone: {e}"
-                )))
-            })
-        })
+        Starting::Run(supervisor, context)
+    }
+}
+
+/// The registry's answer to [`StartRelease`]: at once (shutting down, or a release of the
+/// run in flight here), or by the run's supervisor, which is given the caller's reply and
+/// answers it itself when the release ends. No task waits between them.
+#[allow(clippy::large_enum_variant)] // moved once, from the handler to `handle`; boxing the supervisor would cost an allocation per release
+pub enum Starting {
+    Answer(Result<Released, ReleaseError>),
+    Run(RunSupervisor, Context<RunSupervisor>),
+}
+
+impl MessageResponse<RunRegistry, StartRelease> for Starting {
+    fn handle(
+        self,
+        _: &mut Context<RunRegistry>,
+        reply: Option<OneshotSender<Result<Released, ReleaseError>>>,
+    ) {
+        match self {
+            Starting::Answer(answer) => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(answer);
+                }
+            }
+            Starting::Run(supervisor, context) => {
+                context.run(supervisor.answering(reply));
+            }
+        }
     }
 }
 

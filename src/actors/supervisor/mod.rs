@@ -23,8 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{
-    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, ResponseFuture,
-    SpawnHandle, WrapFuture,
+    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, SpawnHandle, WrapFuture,
 };
 use tokio::sync::oneshot;
 
@@ -54,7 +53,7 @@ struct Children {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Waiting for `Run`.
+    /// Not started yet.
     Idle,
     /// The begin script is out; a Cancel is remembered and applied once it answers.
     Beginning,
@@ -245,8 +244,9 @@ where
 impl Actor for RunSupervisor {
     type Context = Context<Self>;
 
-    fn started(&mut self, _: &mut Self::Context) {
+    fn started(&mut self, ctx: &mut Self::Context) {
         super::actor_started();
+        self.begin(ctx);
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
@@ -255,11 +255,6 @@ impl Actor for RunSupervisor {
         super::actor_stopped();
     }
 }
-
-/// Sent by the registry once: run the release. Answers its result (or why there is none).
-#[derive(Message)]
-#[rtype(result = "Result<Released, ReleaseError>")]
-pub struct Run;
 
 /// Sent by the registry when a cancel for this run arrives (HTTP, pub/sub, marker poll).
 #[derive(Message, Debug, Clone, Copy)]
@@ -343,15 +338,19 @@ impl Handler<LockLost> for RunSupervisor {
     }
 }
 
-impl Handler<Run> for RunSupervisor {
-    type Result = ResponseFuture<Result<Released, ReleaseError>>;
+impl RunSupervisor {
+    /// Who waits for this release's answer (the caller of `StartRelease`, whose reply the
+    /// registry hands over): the supervisor answers it itself, with nothing in between.
+    pub fn answering(
+        mut self,
+        reply: Option<oneshot::Sender<Result<Released, ReleaseError>>>,
+    ) -> Self {
+        self.reply = reply;
+        self
+    }
 
-    fn handle(&mut self, _: Run, ctx: &mut Self::Context) -> Self::Result {
-        if self.phase != Phase::Idle {
-            return Box::pin(async { Err(ReleaseError::Internal("Run sent twice".into())) });
-        }
-        let (tx, rx) = oneshot::channel();
-        self.reply = Some(tx);
+    /// Starts the release (when the actor starts): the begin script.
+    fn begin(&mut self, ctx: &mut Context<Self>) {
         self.phase = Phase::Beginning;
         self.audit.timings.started_at = chrono::Utc::now().to_rfc3339();
         // The begin script also reads the run, for the Draft's citations: a release that
@@ -382,12 +381,5 @@ impl Handler<Run> for RunSupervisor {
             store.begin(&run_id, &token, lease, reading).await
         };
         self.spawn_step(ctx, begin, Self::begun);
-        Box::pin(async move {
-            rx.await.unwrap_or_else(|_| {
-                Err(ReleaseError::Internal(
-                    "the release ended without an answer".into(),
-                ))
-            })
-        })
     }
 }
