@@ -3,10 +3,13 @@
 //! allow it, the call is bounded by a timeout, and the attempt is reported to the
 //! supervisor (audit and metrics) whatever its end.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use actix::dev::{MessageResponse, OneshotSender};
 use actix::{
-    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Recipient, ResponseFuture,
+    Actor, ActorContext, ActorFutureExt, Addr, AsyncContext, Context, Message, Recipient,
     SpawnHandle, WrapFuture,
 };
 
@@ -32,18 +35,74 @@ pub fn own_pending_call<A, T>(
     ctx: &mut Context<A>,
     work: impl std::future::Future<Output = T> + 'static,
     aborted: T,
-) -> ResponseFuture<T>
+) -> PendingCall<T>
 where
     A: OwnsPendingCall,
     T: 'static,
 {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let handle = ctx.spawn(work.into_actor(actor).map(|output, actor: &mut A, _| {
+    let reply = Rc::new(Cell::new(None));
+    let answer = Answer {
+        reply: reply.clone(),
+        aborted: Some(aborted),
+    };
+    let handle = ctx.spawn(work.into_actor(actor).map(move |output, actor: &mut A, _| {
         *actor.pending() = None;
-        let _ = tx.send(output);
+        answer.send(output);
     }));
     *actor.pending() = Some(handle);
-    Box::pin(async move { rx.await.unwrap_or(aborted) })
+    PendingCall::Spawned(reply)
+}
+
+/// The answer to a message whose work is its actor's pending call: the caller's reply is
+/// handed to the call's own future, which answers it when the call ends (or with the
+/// `aborted` answer if the call is dropped). No task waits between the call and its caller.
+pub enum PendingCall<T> {
+    /// Answered at once, with no call.
+    Ready(T),
+    /// Where the call's future finds the caller's reply (filled as the message is handled,
+    /// before the future first runs).
+    Spawned(Rc<Cell<Option<OneshotSender<T>>>>),
+}
+
+impl<A, M, T> MessageResponse<A, M> for PendingCall<T>
+where
+    A: Actor,
+    M: Message<Result = T>,
+    T: 'static,
+{
+    fn handle(self, _: &mut A::Context, reply: Option<OneshotSender<T>>) {
+        match self {
+            PendingCall::Ready(answer) => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(answer);
+                }
+            }
+            PendingCall::Spawned(slot) => slot.set(reply),
+        }
+    }
+}
+
+/// Held by a pending call's future: answers the caller with the call's output, or with
+/// `aborted` when the future is dropped first.
+struct Answer<T> {
+    reply: Rc<Cell<Option<OneshotSender<T>>>>,
+    aborted: Option<T>,
+}
+
+impl<T> Answer<T> {
+    fn send(self, output: T) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(output);
+        }
+    }
+}
+
+impl<T> Drop for Answer<T> {
+    fn drop(&mut self) {
+        if let (Some(reply), Some(aborted)) = (self.reply.take(), self.aborted.take()) {
+            let _ = reply.send(aborted);
+        }
+    }
 }
 
 /// The `AbortChild` of a call-owning actor: drop the pending call, then stop.
@@ -223,5 +282,74 @@ pub async fn attempt<T>(
     match answer {
         Some(value) => AttemptResult::Answer(value),
         None => AttemptResult::Failed(outcome),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix::Handler;
+
+    /// An actor whose one call waits on `gate` (or forever without one).
+    #[derive(Default)]
+    struct Caller {
+        pending: Option<SpawnHandle>,
+    }
+
+    impl Actor for Caller {
+        type Context = Context<Self>;
+    }
+
+    impl OwnsPendingCall for Caller {
+        fn pending(&mut self) -> &mut Option<SpawnHandle> {
+            &mut self.pending
+        }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "u32")]
+    struct Call(Option<tokio::sync::oneshot::Receiver<u32>>);
+
+    impl Handler<Call> for Caller {
+        type Result = PendingCall<u32>;
+        fn handle(&mut self, msg: Call, ctx: &mut Self::Context) -> PendingCall<u32> {
+            match msg.0 {
+                None => PendingCall::Ready(1),
+                Some(gate) => {
+                    own_pending_call(self, ctx, async move { gate.await.unwrap_or(2) }, 0)
+                }
+            }
+        }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Abort;
+
+    impl Handler<Abort> for Caller {
+        type Result = ();
+        fn handle(&mut self, _: Abort, ctx: &mut Self::Context) {
+            abort_pending_call(self, ctx);
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_pending_call_answers_its_caller_itself() {
+        let caller = Caller::default().start();
+        assert_eq!(caller.send(Call(None)).await.unwrap(), 1);
+        let (open, gate) = tokio::sync::oneshot::channel();
+        let answer = caller.send(Call(Some(gate)));
+        open.send(42).unwrap();
+        assert_eq!(answer.await.unwrap(), 42);
+    }
+
+    #[actix_rt::test]
+    async fn an_aborted_call_answers_its_aborted_value() {
+        let caller = Caller::default().start();
+        let (_open, gate) = tokio::sync::oneshot::channel();
+        let answer = actix_rt::spawn(caller.send(Call(Some(gate))));
+        tokio::task::yield_now().await;
+        caller.send(Abort).await.unwrap();
+        assert_eq!(answer.await.unwrap().unwrap(), 0);
     }
 }

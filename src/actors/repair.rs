@@ -6,11 +6,11 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use actix::{Actor, ActorContext, Context, Handler, Message, ResponseFuture, SpawnHandle};
+use actix::{Actor, ActorContext, Context, Handler, Message, SpawnHandle};
 
 use super::attempt::{
     abort_pending_call, attempt, own_pending_call, AttemptLimits, AttemptResult, ModelJob,
-    OwnsPendingCall,
+    OwnsPendingCall, PendingCall,
 };
 use super::{AbortChild, StepOutcome, StopChild};
 use crate::config::RepairConfig;
@@ -112,13 +112,13 @@ async fn repair(
 }
 
 impl Handler<RepairDraft> for RepairActor {
-    type Result = ResponseFuture<StepOutcome<Result<Draft, RepairFailure>>>;
+    type Result = PendingCall<StepOutcome<Result<Draft, RepairFailure>>>;
 
     fn handle(&mut self, msg: RepairDraft, ctx: &mut Self::Context) -> Self::Result {
         if std::mem::replace(&mut self.used, true) {
-            return Box::pin(async {
-                StepOutcome::Done(Err(RepairFailure("the one repair was already used".into())))
-            });
+            return PendingCall::Ready(StepOutcome::Done(Err(RepairFailure(
+                "the one repair was already used".into(),
+            ))));
         }
         let work = repair(self.job.clone(), msg);
         own_pending_call(

@@ -7,12 +7,12 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use actix::{Actor, ActorContext, Context, Handler, Message, ResponseFuture, SpawnHandle};
+use actix::{Actor, ActorContext, Context, Handler, Message, SpawnHandle};
 use tokio::time::Instant;
 
 use super::attempt::{
     abort_pending_call, attempt, own_pending_call, AttemptLimits, AttemptResult, ModelJob,
-    OwnsPendingCall,
+    OwnsPendingCall, PendingCall,
 };
 use super::{AbortChild, StepOutcome, StopChild};
 use crate::config::SemanticGuardConfig;
@@ -131,7 +131,7 @@ async fn judge(job: Rc<ModelJob<SemanticGuardConfig>>, msg: Judge) -> StepOutcom
 }
 
 impl Handler<Judge> for SemanticGuardActor {
-    type Result = ResponseFuture<StepOutcome<Judgement>>;
+    type Result = PendingCall<StepOutcome<Judgement>>;
 
     fn handle(&mut self, msg: Judge, ctx: &mut Self::Context) -> Self::Result {
         let work = judge(self.job.clone(), msg);
