@@ -203,13 +203,17 @@ impl RunIdentifiers {
     pub fn new<I, S>(call_ids: I, key_prefix: &str) -> RunIdentifiers
     where
         I: IntoIterator<Item = S>,
-        S: Into<String>,
+        S: AsRef<str> + Into<String>,
     {
-        let call_ids: HashSet<String> = call_ids
-            .into_iter()
-            .map(Into::into)
-            .filter(|id: &String| !id.trim().is_empty())
-            .collect();
+        // An id given twice (a run's calls list, then its records) is copied once.
+        let mut ids: HashSet<String> = HashSet::default();
+        for id in call_ids {
+            let text = id.as_ref();
+            if !text.trim().is_empty() && !ids.contains(text) {
+                ids.insert(id.into());
+            }
+        }
+        let call_ids = ids;
         let mut lengths: Vec<usize> = call_ids.iter().map(String::len).collect();
         lengths.sort_unstable_by(|a, b| b.cmp(a));
         lengths.dedup();
@@ -256,7 +260,7 @@ impl RunIdentifiers {
                 .filter(|(_, rejection)| rejection.rule != Rule::CallMissing)
                 .map(|(id, _)| id),
         );
-        RunIdentifiers::new(run.calls.iter().chain(recorded).cloned(), key_prefix)
+        RunIdentifiers::new(run.calls.iter().chain(recorded), key_prefix)
     }
 
     pub fn is_call_id(&self, text: &str) -> bool {
