@@ -309,6 +309,7 @@ async fn wait_ready(app: &TestApp, ready: bool) {
 
 #[actix_rt::test]
 async fn the_cluster_down_is_503_everywhere_then_the_service_recovers_by_itself() {
+    let _faults = STORE_FAULTS.read().await;
     let mut cluster = OwnCluster::start(0);
     let server = wiremock::MockServer::start().await;
     on_semantic(&server, verdict("SUPPORTED", "the evidence shows it")).await;

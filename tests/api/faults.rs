@@ -109,6 +109,7 @@ fn stored_json(stored: Option<String>) -> Option<Value> {
 
 #[actix_rt::test]
 async fn after_kill_9_of_the_replica_holding_a_release_another_replica_releases_within_one_lease() {
+    let _faults = STORE_FAULTS.read().await;
     const LEASE_MS: u64 = 2_000;
     let mut hanging = HangingModel::start();
     let server = wiremock::MockServer::start().await;
@@ -199,6 +200,7 @@ async fn after_kill_9_of_the_replica_holding_a_release_another_replica_releases_
 
 #[actix_rt::test]
 async fn a_cancel_sent_after_client_kill_type_pubsub_is_answered_cancelled_within_1s() {
+    let _faults = STORE_FAULTS.read().await;
     let redis = OwnRedis::start_any();
     let mut hanging = HangingModel::start();
     let prefix = unique_prefix("pubsub-cut");
@@ -251,6 +253,7 @@ async fn a_cancel_sent_after_client_kill_type_pubsub_is_answered_cancelled_withi
 
 #[actix_rt::test]
 async fn a_marker_set_directly_in_redis_during_a_model_call_is_answered_cancelled_within_1s() {
+    let _faults = STORE_FAULTS.read().await;
     let (app, mut hanging, run, pending) =
         release_pending_on_a_hanging_model("direct-marker", Box::new(|_| {})).await;
     // The agent's tool layer sets the marker itself: no publish at all.
@@ -271,6 +274,7 @@ async fn a_marker_set_directly_in_redis_during_a_model_call_is_answered_cancelle
 
 #[actix_rt::test]
 async fn a_model_answer_that_arrives_after_the_marker_is_never_released() {
+    let _faults = STORE_FAULTS.read().await;
     // No poll tick during the test: the commit alone must honour the marker.
     let (app, server) = app_with_a_slow_judge(
         Duration::from_millis(600),
@@ -302,6 +306,7 @@ async fn a_model_answer_that_arrives_after_the_marker_is_never_released() {
 
 #[actix_rt::test]
 async fn a_release_whose_lock_was_taken_over_cannot_store() {
+    let _faults = STORE_FAULTS.read().await;
     // Renewal is 20 s away: the commit's fence is what stops this release.
     let (app, server) = app_with_a_slow_judge(
         Duration::from_millis(600),
@@ -336,6 +341,7 @@ async fn a_release_whose_lock_was_taken_over_cannot_store() {
 
 #[actix_rt::test]
 async fn a_renewal_that_finds_the_lock_gone_aborts_the_release_and_its_model_call() {
+    let _faults = STORE_FAULTS.read().await;
     let (app, mut hanging, run, pending) = release_pending_on_a_hanging_model(
         "lease-lost",
         Box::new(|c| c.redis.lock_lease_ms = 1_500),
@@ -357,6 +363,7 @@ async fn a_renewal_that_finds_the_lock_gone_aborts_the_release_and_its_model_cal
 
 #[actix_rt::test]
 async fn redis_paused_during_a_release_answers_consistently_with_what_is_stored() {
+    let _faults = STORE_FAULTS.read().await;
     let redis = OwnRedis::start_any();
     let (app, server) = app_with_a_slow_judge(
         Duration::from_millis(500),

@@ -15,6 +15,12 @@ pub use crate::common::*;
 
 pub const TOKEN: &str = "test-token-0123";
 
+/// The metrics recorder is one per process and the suite's tests run in parallel in it, so a
+/// test that asserts "no Redis error was counted" holds this for writing, and every test that
+/// makes Redis fail (an outage, a pause, a killed connection, a lost lock) holds it for
+/// reading: the fault tests still run beside each other, never beside that assertion.
+pub static STORE_FAULTS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 pub struct TestApp {
     pub address: String,
     pub prefix: String,

@@ -9,6 +9,7 @@ use crate::helpers::*;
 
 #[actix_rt::test]
 async fn odd_bytes_and_wrong_types_in_records_are_release_outcomes_not_store_errors() {
+    let _quiet = STORE_FAULTS.write().await;
     let server = wiremock::MockServer::start().await;
     on_semantic(&server, verdict("SUPPORTED", "the evidence shows it")).await;
     let app = spawn_app(AppOptions {

@@ -28,6 +28,7 @@ async fn wait_ready(app: &TestApp, ready: bool) {
 
 #[actix_rt::test]
 async fn redis_down_is_503_everywhere_then_the_service_recovers_by_itself() {
+    let _faults = STORE_FAULTS.read().await;
     let port = free_port();
     let redis = OwnRedis::start(port);
     let mut hanging = HangingModel::start();
