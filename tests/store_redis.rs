@@ -190,10 +190,9 @@ async fn the_harness_never_writes_the_agents_keys() {
 fn commit<'a>(result: &'a str) -> Commit<'a> {
     Commit {
         result,
-        audit_head: "{\"run_id\":\"r\"",
-        audit_tail: ",\"outcome\":\"SUCCESS\"}",
+        audit: "{\"run_id\":\"r\",\"outcome\":\"SUCCESS\"}",
         cancelled_result: "{\"outcome\":\"CANCELLED\"}",
-        cancelled_audit_tail: ",\"outcome\":\"CANCELLED\"}",
+        cancelled_audit: "{\"run_id\":\"r\",\"outcome\":\"CANCELLED\"}",
     }
 }
 
@@ -643,4 +642,121 @@ async fn with_min_replicas_ack_a_flushed_script_is_loaded_again_and_too_few_acks
         Begin::Stored("{\"outcome\":\"SUCCESS\"}".into()),
         "a retry answers it"
     );
+}
+
+/// One entry of a hostile calls list: bytes as the agent's tool layer may push them.
+fn hostile_calls() -> Vec<Vec<u8>> {
+    let mut calls: Vec<Vec<u8>> = [
+        "c-1",
+        "c-2",
+        "\u{3000}",
+        "c\u{a0}",
+        " ",
+        "",
+        "c-1",
+        "\u{2028}\u{205f}\t",
+        "é-1",
+        "c-2",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    calls.push(vec![b'c', 0xff, b'-', b'3']);
+    calls.push("€".as_bytes()[..2].to_vec());
+    calls.push(vec![0xed, 0xa0, 0x80]); // a surrogate, not UTF-8
+    calls.push("x".repeat(257).into_bytes());
+    calls.push("é".repeat(128).into_bytes()); // 256 bytes: the longest id
+    calls.push("c-4".into());
+    calls
+}
+
+/// Every id of [`hostile_calls`] that is text gets a record (the over-long one too), and
+/// two cited ids have records the list does not name.
+#[actix_rt::test]
+async fn hostile_calls_lists_give_the_same_evidence_from_redis_and_from_memory() {
+    let prefix = unique_prefix("differential");
+    let [memory, redis] = stores(&prefix);
+    let Store::Memory(ref mem) = memory else {
+        unreachable!()
+    };
+    let mut conn = raw().await;
+    let run = "r-diff";
+    let calls = hostile_calls();
+    let _: () = conn
+        .rpush(format!("{prefix}:run:{{{run}}}:calls"), &calls)
+        .await
+        .unwrap();
+    let text: Vec<String> = calls
+        .iter()
+        .filter_map(|c| String::from_utf8(c.clone()).ok())
+        .collect();
+    mem.set_calls(run, text.clone());
+    let mut with_records: Vec<String> = text.clone();
+    with_records.extend(["c-cited".to_string(), "c\u{a0}cited".to_string()]);
+    for (i, call) in with_records.iter().enumerate() {
+        let mut fields: Vec<(&str, String)> = record(run, call);
+        // Sizes differ, so the budget decides which records are read.
+        fields.push(("agent_result", "y".repeat(100 * (i + 1))));
+        let _: () = conn
+            .hset_multiple(format!("{prefix}:run:{{{run}}}:call:{call}"), &fields)
+            .await
+            .unwrap();
+        mem.insert_record(
+            run,
+            call,
+            fields
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        );
+    }
+    let cited: Vec<String> = [
+        "c-cited",
+        " ",
+        "\u{3000}",
+        "c\u{a0}cited",
+        "c-cited",
+        "c-4",
+        "c-missing",
+        &"z".repeat(300),
+    ]
+    .map(String::from)
+    .to_vec();
+    for (cited, budget) in [
+        (&cited[..], 4_194_304),
+        (&[][..], 4_194_304),
+        (&cited[..], 2_500),
+    ] {
+        let limits = RecordLimits {
+            max_record_bytes: 262_144,
+            max_release_bytes: budget,
+        };
+        for max_calls in [3, 1000] {
+            let from_memory = read_run(&memory, run, cited, max_calls, limits)
+                .await
+                .unwrap();
+            let from_redis = read_run(&redis, run, cited, max_calls, limits)
+                .await
+                .unwrap();
+            assert_eq!(
+                from_redis, from_memory,
+                "cited {cited:?}, max_calls {max_calls}, budget {budget}"
+            );
+        }
+    }
+    // The whole list, as read: only text that can name a record, in list order.
+    let all = read_run(&redis, run, &cited, 1000, LIMITS).await.unwrap();
+    let over_long = "x".repeat(257);
+    let expected: Vec<&str> = text
+        .iter()
+        .map(String::as_str)
+        .filter(|id| !id.is_empty() && *id != over_long)
+        .collect();
+    assert_eq!(all.calls, expected);
+    for blank in ["\u{3000}", " ", "\u{2028}\u{205f}\t"] {
+        assert!(!all.records.contains_key(blank), "{blank:?} is blank");
+    }
+    assert!(all.records.contains_key("c\u{a0}"));
+    assert!(all.records.contains_key(&"é".repeat(128)));
+    assert!(!all.records.contains_key(&over_long));
 }

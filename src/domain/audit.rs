@@ -309,12 +309,21 @@ impl AuditEnd {
     }
 }
 
-/// The audit record as the fenced commit writes it: `head` then one of the tails.
+/// The audit record as the fenced commit writes it: two whole JSON texts, the decided one
+/// and the one for a cancel marker found at the commit; the commit stores one of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditJson {
-    pub head: String,
-    pub tail: String,
-    pub cancelled_tail: String,
+    pub decided: String,
+    pub cancelled: String,
+}
+
+/// The record with its end's keys last: what is stored.
+#[derive(Serialize)]
+struct Record<'a> {
+    #[serde(flatten)]
+    audit: &'a Audit,
+    #[serde(flatten)]
+    end: &'a AuditEnd,
 }
 
 impl Audit {
@@ -337,25 +346,16 @@ impl Audit {
 
     /// The JSON object of this record followed by `end`'s keys.
     pub fn to_json(&self, end: &AuditEnd) -> String {
-        let parts = self.commit_json(end);
-        parts.head + &parts.tail
+        let record = Record { audit: self, end };
+        json::to_string_sized(&record, 1024).unwrap_or_else(|_| "{}".into())
     }
 
-    /// The record in the parts the fenced commit joins: everything but the end (an open
-    /// JSON object), the end for `end`, and the end for a cancel found at the commit.
+    /// The two whole records the fenced commit chooses between: with `end`, and with the
+    /// end of a cancel found at the commit.
     pub fn commit_json(&self, end: &AuditEnd) -> AuditJson {
-        let mut head = json::to_string_sized(self, 1024).unwrap_or_else(|_| "{}".into());
-        head.pop(); // the closing brace; the record always has keys, so a tail follows ","
-        let tail = |end: &AuditEnd| {
-            // The end's object without its opening brace, after a comma.
-            let mut json = json::to_string(end).unwrap_or_else(|_| "{}".into());
-            json.replace_range(..1, ",");
-            json
-        };
         AuditJson {
-            head,
-            tail: tail(end),
-            cancelled_tail: tail(&end.cancelled_at_commit()),
+            decided: self.to_json(end),
+            cancelled: self.to_json(&end.cancelled_at_commit()),
         }
     }
 
@@ -422,18 +422,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_commit_parts_join_into_the_whole_record_for_either_ending() {
+    fn the_commit_holds_the_whole_record_for_either_ending() {
         let mut audit = Audit::new("r-1", StopReason::FinalAnswer);
         audit.verdict = Some(VerdictAudit::supported("fine".into()));
         let end = AuditEnd::of(Outcome::Success, None, None);
         let parts = audit.commit_json(&end);
-        let decided: serde_json::Value =
-            serde_json::from_str(&(parts.head.clone() + &parts.tail)).unwrap();
+        let decided: serde_json::Value = serde_json::from_str(&parts.decided).unwrap();
         assert_eq!(decided["outcome"], "SUCCESS");
         assert_eq!(decided["cancelled_by"], serde_json::Value::Null);
         assert!(decided.get("superseded").is_none());
         assert_eq!(decided["verdict"]["verdict"], "SUPPORTED");
-        assert_eq!(parts.head.clone() + &parts.tail, audit.to_json(&end));
+        assert_eq!(parts.decided, audit.to_json(&end));
         // Written by `json`, byte for byte as serde_json writes it (timings are floats).
         audit.timings.total_ms = 1.38;
         audit.timings.model_wait_ms = -0.0;
@@ -442,8 +441,7 @@ mod tests {
         whole.push_str(&serde_json::to_string(&end).unwrap().replacen('{', ",", 1));
         assert_eq!(audit.to_json(&end), whole);
 
-        let cancelled: serde_json::Value =
-            serde_json::from_str(&(parts.head + &parts.cancelled_tail)).unwrap();
+        let cancelled: serde_json::Value = serde_json::from_str(&parts.cancelled).unwrap();
         assert_eq!(cancelled["outcome"], "CANCELLED");
         assert_eq!(cancelled["fallback_type"], serde_json::Value::Null);
         assert_eq!(cancelled["cancelled_by"], "marker");

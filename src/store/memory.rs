@@ -160,14 +160,13 @@ impl MemoryStore {
             return Committed::AlreadyStored(stored);
         }
         let cancelled = data.cancelled.contains(run);
-        let (result, tail) = if cancelled {
-            (commit.cancelled_result, commit.cancelled_audit_tail)
+        let (result, audit) = if cancelled {
+            (commit.cancelled_result, commit.cancelled_audit)
         } else {
-            (commit.result, commit.audit_tail)
+            (commit.result, commit.audit)
         };
-        let audit = format!("{}{tail}", commit.audit_head);
         data.results
-            .insert(run.to_string(), (result.to_string(), audit));
+            .insert(run.to_string(), (result.to_string(), audit.to_string()));
         if cancelled {
             Committed::Cancelled
         } else {

@@ -143,16 +143,15 @@ pub struct Reading<'a> {
     pub limits: RecordLimits,
 }
 
-/// What a release stores in its fenced commit: the decided result and, for a cancel marker
-/// found at that moment, the CANCELLED one; the audit record is `audit_head` followed by the
-/// tail of whichever is stored.
+/// What a release stores in its fenced commit: the decided result and its audit record
+/// and, for a cancel marker found at that moment, the CANCELLED ones. Each is a whole JSON
+/// text, stored as it is.
 #[derive(Debug, Clone, Copy)]
 pub struct Commit<'a> {
     pub result: &'a str,
-    pub audit_head: &'a str,
-    pub audit_tail: &'a str,
+    pub audit: &'a str,
     pub cancelled_result: &'a str,
-    pub cancelled_audit_tail: &'a str,
+    pub cancelled_audit: &'a str,
 }
 
 /// How a fenced commit ended ([`Store::commit`]).
@@ -211,7 +210,7 @@ pub struct LoadedRecords {
 }
 
 /// A record whose guard fields total `size` bytes, over `evidence.max_record_bytes`.
-fn record_too_large(size: u64, max_record_bytes: u64) -> CallRejection {
+pub(crate) fn record_too_large(size: u64, max_record_bytes: u64) -> CallRejection {
     CallRejection::new(
         Rule::RecordTooLarge,
         format!("the record's fields hold {size} bytes, over evidence.max_record_bytes ({max_record_bytes})"),
@@ -219,7 +218,7 @@ fn record_too_large(size: u64, max_record_bytes: u64) -> CallRejection {
 }
 
 /// A record whose `size` bytes do not fit in what is left of the release's budget.
-fn record_over_budget(size: u64) -> CallRejection {
+pub(crate) fn record_over_budget(size: u64) -> CallRejection {
     CallRejection::new(
         Rule::RecordOverBudget,
         format!(
@@ -248,7 +247,7 @@ fn count_bad_records(loaded: &LoadedRecords) {
 
 /// A run's evidence as read: an unusable calls list and unreadable records are counted in
 /// `harness_bad_records_total`.
-fn evidence(run: &str, calls: CallsList, loaded: LoadedRecords) -> RunEvidence {
+pub(crate) fn evidence(run: &str, calls: CallsList, loaded: LoadedRecords) -> RunEvidence {
     let (calls, calls_unreadable) = match calls {
         CallsList::Ids(ids) => (ids, None),
         CallsList::Unreadable(why) => {

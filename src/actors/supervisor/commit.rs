@@ -83,10 +83,9 @@ impl RunSupervisor {
         let work = async move {
             let commit = Commit {
                 result: &json,
-                audit_head: &audit_json.head,
-                audit_tail: &audit_json.tail,
+                audit: &audit_json.decided,
                 cancelled_result: &cancelled_json,
-                cancelled_audit_tail: &audit_json.cancelled_tail,
+                cancelled_audit: &audit_json.cancelled,
             };
             let committed = store.commit(&run_id, &token, &commit).await;
             (committed, json, cancelled_json)
