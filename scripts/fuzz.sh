@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes every parser of untrusted input (the targets in fuzz/fuzz_targets/, see
-# src/fuzzing.rs) for SECONDS each, one after the other, and prints per target the inputs
+# src/tools/fuzzing.rs) for SECONDS each, one after the other, and prints per target the inputs
 # run and whether a crash (panic, allocation over 256 MB, RSS over 512 MB, input over 10 s)
 # was found. Not part of CI: CI replays the committed corpus (tests/fuzz_corpus.rs).
 #   scripts/fuzz.sh SECONDS [--merge] [TARGET...]

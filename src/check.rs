@@ -15,7 +15,7 @@ use crate::actors::{Harness, RunRegistry, StartRelease};
 use crate::config::Config;
 use crate::domain::release::{Outcome, ReleaseResult};
 use crate::domain::request::{release_request, ReleaseRequest, RequestError};
-use crate::store::agent_records::{AgentRecords, CallsLists};
+use crate::store::agent_records::AgentRecords;
 use crate::store::{MemoryStore, Store};
 
 /// One canonical invocation record of a bundle: the HASH fields, all strings, any absent.
@@ -95,21 +95,6 @@ impl RunBundle {
         self.agent_records()?.write_memory(&store);
         Ok(store)
     }
-}
-
-/// Writes a bundle's records and calls lists into Redis as the agent's tool layer would
-/// (`release-harness seed`): for replaying recorded runs against a running service.
-pub async fn seed_redis(config: &Config, bundle: &RunBundle) -> Result<usize, String> {
-    let keys = crate::store::Keys::new(&config.redis.key_prefix);
-    let mut conn = crate::store::RedisConnection::open(&config.redis).map_err(|e| e.to_string())?;
-    let records = bundle.agent_records().map_err(|e| e.to_string())?;
-    // One transaction per run: a run's keys share a Redis Cluster slot, different runs' may not.
-    for pipe in records.redis_transactions(&keys, CallsLists::Replace) {
-        pipe.query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| format!("cannot write to Redis: {e}"))?;
-    }
-    Ok(records.records.len())
 }
 
 /// What `check` prints: the result, its JSON, and the audit record.

@@ -5,9 +5,8 @@
 //! - [`store`]: Redis and in-memory stores (key schema, records, results, locks, cancels).
 //! - [`config`]: typed, layered, validated configuration.
 //! - [`telemetry`]: metric names, the Prometheus recorder, tracing.
-//! - [`eval`]: `release-harness eval`: the judge measured on a labelled corpus.
-//! - [`fuzzing`]: the parsers of untrusted input on raw bytes, for `cargo fuzz` and the
-//!   corpus replay test.
+//! - [`tools`]: soak, fake model, eval, probe report, seed and fuzz entry points; never
+//!   imported by the modules above.
 
 #![forbid(unsafe_code)]
 
@@ -15,10 +14,8 @@ pub mod actors;
 pub mod check;
 pub mod config;
 pub mod domain;
-pub mod eval;
-pub mod fuzzing;
 pub mod http;
 pub mod model;
-pub mod soak;
 pub mod store;
 pub mod telemetry;
+pub mod tools;

@@ -9,11 +9,12 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use release_harness::check::{describe, run_check, seed_redis, RunBundle};
+use release_harness::check::{describe, run_check, RunBundle};
+use release_harness::tools::seed::seed_redis;
 use release_harness::config::Config;
 use release_harness::http::{Application, StartError};
-use release_harness::soak::fake_model::{FakeModel, FakeModelOptions};
-use release_harness::soak::SoakArgs;
+use release_harness::tools::fake_model::{FakeModel, FakeModelOptions};
+use release_harness::tools::soak::SoakArgs;
 use release_harness::telemetry;
 
 // jemalloc, not glibc's malloc: about a fifth fewer instructions per release, less memory per
@@ -169,7 +170,7 @@ fn soak(args: SoakArgs) -> ExitCode {
         }
     };
     let system = actix::System::new();
-    match system.block_on(release_harness::soak::run(args, config)) {
+    match system.block_on(release_harness::tools::soak::run(args, config)) {
         Ok(report) => {
             // The summary on stdout; the RSS series is in report.json and the plot.
             let mut summary = serde_json::to_value(&report).unwrap_or_default();
@@ -227,7 +228,7 @@ fn seed(path: &std::path::Path, print_body: bool) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e) => bad(e),
+        Err(e) => bad(e.to_string()),
     }
 }
 
@@ -288,7 +289,7 @@ fn check(path: &std::path::Path) -> ExitCode {
 }
 
 fn eval(args: EvalArgs) -> ExitCode {
-    use release_harness::eval::{load_corpus, run_eval, write_report, Progress};
+    use release_harness::tools::eval::{load_corpus, run_eval, write_report, Progress};
     let bad = |message: String| {
         eprintln!("release-harness eval: {message}");
         ExitCode::from(2)
@@ -376,7 +377,7 @@ async fn log_probe(config: Config) {
         );
         return;
     }
-    let report = release_harness::model::probe::probe(&config).await;
+    let report = release_harness::tools::probe::probe(&config).await;
     for finding in &report.findings {
         match finding.level {
             "ok" => tracing::info!(target: "model_probe", "{}", finding.text),
@@ -395,7 +396,7 @@ fn probe_model(json: Option<&std::path::Path>) -> ExitCode {
         }
     };
     let system = actix::System::new();
-    let report = system.block_on(release_harness::model::probe::probe(&config));
+    let report = system.block_on(release_harness::tools::probe::probe(&config));
     print!("{}", report.render());
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();

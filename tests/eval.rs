@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
-use release_harness::eval::report::{EvalReport, Judged};
-use release_harness::eval::{load_corpus, run_eval, EvalCase, Label, Progress};
-use release_harness::soak::fake_model::{FakeModel, FakeModelOptions};
+use release_harness::tools::eval::report::{EvalReport, Judged};
+use release_harness::tools::eval::{load_corpus, run_eval, EvalCase, Label, Progress};
+use release_harness::tools::fake_model::{FakeModel, FakeModelOptions};
 use serde_json::Value;
 use wiremock::{MockServer, ResponseTemplate};
 

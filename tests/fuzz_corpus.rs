@@ -1,5 +1,5 @@
 //! Replays the committed `cargo fuzz` corpus (`fuzz/corpus/TARGET/`) through the functions
-//! the fuzz targets call (`release_harness::fuzzing::TARGETS`), on the stable toolchain: no
+//! the fuzz targets call (`release_harness::tools::fuzzing::TARGETS`), on the stable toolchain: no
 //! input may panic, nor make the parser hold more memory than a bound linear in its size.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
@@ -11,7 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use release_harness::fuzzing::TARGETS;
+use release_harness::tools::fuzzing::TARGETS;
 
 /// The system allocator, counting live heap bytes and their peak. Fuzzing bounds a single
 /// allocation (`-malloc_limit_mb`); here each input's peak is bounded instead.
@@ -115,7 +115,7 @@ fn every_fuzz_target_is_declared_and_replayed() {
             std::fs::read_to_string(fuzz_dir().join("fuzz_targets").join(format!("{name}.rs")))
                 .unwrap();
         assert!(
-            source.contains(&format!("release_harness::fuzzing::{name}(data)")),
+            source.contains(&format!("release_harness::tools::fuzzing::{name}(data)")),
             "fuzz target {name} calls another function"
         );
         assert!(

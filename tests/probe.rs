@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use release_harness::config::StructuredOutput;
-use release_harness::model::probe::probe;
+use release_harness::tools::probe::probe;
 use serde_json::{json, Value};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| release_harness::fuzzing::draft(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| release_harness::tools::fuzzing::draft(data));

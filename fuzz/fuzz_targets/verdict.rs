@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| release_harness::fuzzing::verdict(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| release_harness::tools::fuzzing::verdict(data));

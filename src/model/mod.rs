@@ -1,12 +1,11 @@
 //! The model adapter: request building ([`prompts`]), the HTTP client ([`client`]), the
-//! chat-completion envelope it reads ([`envelope`]), strict answer reading ([`verdict`]),
-//! and the set-up check of `probe-model` ([`probe`]). Retry, timeouts, budgets and cancellation are the
+//! chat-completion envelope it reads ([`envelope`]), strict answer reading ([`verdict`]).
+//! Retry, timeouts, budgets and cancellation are the
 //! actors' job (`actors::semantic_guard`, `actors::repair`).
 
 pub mod body;
 pub mod client;
 pub mod envelope;
-pub mod probe;
 pub mod prompts;
 pub mod verdict;
 

@@ -12,7 +12,7 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 #[allow(unused_imports)]
-pub use release_harness::soak::fixtures::*;
+pub use release_harness::tools::fixtures::*;
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::fixtures::{good_draft, log_found, standard_invocations, QUERY};
+use crate::tools::fixtures::{good_draft, log_found, standard_invocations, QUERY};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scenario {

@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::prompts::{
+use crate::model::prompts::{
     new_nonce, repair_request, semantic_request, verdict_schema, PreparedRequest, PromptError,
     RequestShape, UsableCallRef,
 };
-use super::verdict::{parse_repaired_draft, parse_verdict, read_completion, usage};
-use super::ModelClient;
+use crate::model::verdict::{parse_repaired_draft, parse_verdict, read_completion, usage};
+use crate::model::ModelClient;
 use crate::config::{Config, StructuredOutput};
 use crate::domain::audit::AttemptOutcome;
 use crate::domain::draft::{AnalysisKind, Draft};
@@ -234,7 +234,7 @@ async fn call<T>(
     request: PreparedRequest,
     message_bytes: u64,
     (timeout, max_output_bytes): (Duration, u64),
-    parse: impl Fn(&str) -> Result<T, super::verdict::AnswerError>,
+    parse: impl Fn(&str) -> Result<T, crate::model::verdict::AnswerError>,
 ) -> (ProbeCall, Option<T>) {
     let request_bytes = request.len_bytes();
     let began = Instant::now();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use super::fake_model::{FakeModel, FakeModelOptions};
+use crate::tools::fake_model::{FakeModel, FakeModelOptions};
 use super::report::{percentiles, plot, rss_kb, Report, RssPoint, Sample};
 use super::scenarios::{RunPlan, Scenario, CANARIES};
 use crate::config::Config;
@@ -354,7 +354,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         None => None,
         Some(name) => Some(
             Scenario::by_name(name)
-                .ok_or_else(|| format!("unknown scenario {name:?}; see src/soak/scenarios.rs"))?,
+                .ok_or_else(|| format!("unknown scenario {name:?}; see src/tools/soak/scenarios.rs"))?,
         ),
     };
     let model = FakeModel::start(
