@@ -14,9 +14,9 @@ use release_harness::actors::{Harness, RunRegistry, StartRelease};
 use release_harness::check::RunBundle;
 use release_harness::config::Config;
 use release_harness::domain::request::release_request;
+use release_harness::store::{MemoryStore, Store};
 use release_harness::tools::fake_model::{FakeModel, FakeModelOptions};
 use release_harness::tools::fixtures::{bundle, good_draft, standard_invocations, QUERY};
-use release_harness::store::{MemoryStore, Store};
 use serde_json::Value;
 
 struct Bench {

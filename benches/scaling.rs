@@ -22,8 +22,8 @@ use release_harness::check::RunBundle;
 use release_harness::config::Config;
 use release_harness::domain::release::FallbackType;
 use release_harness::domain::request::{release_request, ReleaseRequest};
-use release_harness::tools::fixtures::{bundle, good_draft, standard_invocations, QUERY};
 use release_harness::store::{MemoryStore, Store};
+use release_harness::tools::fixtures::{bundle, good_draft, standard_invocations, QUERY};
 
 /// Releases each worker keeps in flight.
 const IN_FLIGHT: usize = 16;

@@ -11,12 +11,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::actors::{Harness, RunRegistry, StartRelease};
+use crate::actors::{Harness, HarnessError, ReleaseError, RunRegistry, StartRelease};
 use crate::config::Config;
-use crate::domain::release::{Outcome, ReleaseResult};
+use crate::domain::release::ReleaseResult;
 use crate::domain::request::{release_request, ReleaseRequest, RequestError};
 use crate::store::agent_records::AgentRecords;
-use crate::store::{MemoryStore, Store};
+use crate::store::{MemoryStore, Store, StoreError};
 
 /// One canonical invocation record of a bundle: the HASH fields, all strings, any absent.
 pub use crate::store::agent_records::Invocation as BundleInvocation;
@@ -51,6 +51,15 @@ pub enum BundleError {
 }
 
 impl RunBundle {
+    /// Reads and parses the bundle file at `path`.
+    pub fn read(path: &std::path::Path) -> Result<RunBundle, BundleError> {
+        let text = std::fs::read_to_string(path).map_err(|source| BundleError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        RunBundle::parse(&text)
+    }
+
     pub fn parse(text: &str) -> Result<RunBundle, BundleError> {
         if !text.trim_start().starts_with('{') {
             return Err(BundleError::Invalid("a bundle is a JSON object".into()));
@@ -104,33 +113,32 @@ pub struct CheckOutput {
     pub audit: Value,
 }
 
-impl CheckOutput {
-    /// 0 for SUCCESS, 1 for FALLBACK or CANCELLED.
-    pub fn exit_code(&self) -> i32 {
-        match self.result.outcome {
-            Outcome::Success => 0,
-            Outcome::Fallback | Outcome::Cancelled => 1,
-        }
-    }
+/// Why a bundle's release produced no result.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error(transparent)]
+    Harness(#[from] HarnessError),
+    #[error("the release's actors are gone: {0}")]
+    Mailbox(#[from] actix::MailboxError),
+    #[error(transparent)]
+    Release(#[from] ReleaseError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Releases the bundle's run through the actor tree. Must run inside an actix System.
-pub async fn run_check(config: Config, bundle: &RunBundle) -> Result<CheckOutput, String> {
-    let request = bundle.request().map_err(|e| e.to_string())?;
-    let memory = bundle.store().map_err(|e| e.to_string())?;
-    let store = Store::Memory(memory);
+pub async fn run_check(config: Config, bundle: &RunBundle) -> Result<CheckOutput, CheckError> {
+    let request = bundle.request()?;
+    let store = Store::Memory(bundle.store()?);
     let harness = Harness::new(config, store.clone())?;
     let registry = RunRegistry::new(harness).start();
     let run_id = request.run_id.clone();
-    let released = registry
-        .send(StartRelease(request))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let released = registry.send(StartRelease(request)).await??;
     let audit = store
         .get_audit(&run_id)
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or(Value::Null);
     Ok(CheckOutput {

@@ -1,26 +1,35 @@
-//! The `release-harness` binary: `serve` runs the service, `check` releases one run bundle
-//! offline. Exit codes of `check`: 0 SUCCESS, 1 FALLBACK or CANCELLED, 2 bad bundle or
-//! configuration.
+//! The `release-harness` binary: a table of subcommands. `serve` runs the service and
+//! `check` releases one run bundle offline; the others are tooling (`src/tools/`). Every
+//! failure is a [`CliError`], whose [`CliError::exit_code`] is the one exit-code table:
+//! 0 success, 1 the command ran and its answer is "no" (a FALLBACK or CANCELLED release, a
+//! broken soak invariant, an eval past its limits, a model server the guards cannot work
+//! with, a server that stopped with an error), 2 bad input or configuration.
 
 #![forbid(unsafe_code)]
 // The command-line front end: the one place that prints to stdout.
 #![allow(clippy::print_stdout)]
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use release_harness::check::{describe, run_check, RunBundle};
-use release_harness::tools::seed::seed_redis;
-use release_harness::config::Config;
+use release_harness::check::{describe, run_check, CheckError, RunBundle};
+use release_harness::config::{Config, ConfigError};
+use release_harness::domain::release::Outcome;
 use release_harness::http::{Application, StartError};
-use release_harness::tools::fake_model::{FakeModel, FakeModelOptions};
-use release_harness::tools::soak::SoakArgs;
 use release_harness::telemetry;
+use release_harness::tools::eval::{
+    load_corpus, run_eval, write_report, EvalError, Gate, Progress,
+};
+use release_harness::tools::fake_model::{FakeModel, FakeModelOptions};
+use release_harness::tools::probe::probe;
+use release_harness::tools::seed::{seed_redis, SeedError};
+use release_harness::tools::soak::{SoakArgs, SoakError};
 
 // jemalloc, not glibc's malloc: about a fifth fewer instructions per release, less memory per
 // parked release, and (with its background thread) the memory of finished releases goes back
-// to the system within seconds, where glibc's per-thread arenas keep it (README, "Speed and
-// memory"). Feature `jemalloc`, on by default.
+// to the system within seconds, where glibc's per-thread arenas keep it (docs/performance.md).
+// Feature `jemalloc`, on by default.
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -56,7 +65,7 @@ enum Command {
     /// tool layer would, to replay a recorded run against a running service.
     Seed {
         /// The run bundle (JSON).
-        bundle: std::path::PathBuf,
+        bundle: PathBuf,
         /// Print the bundle's API request body on stdout (for curl -d @-).
         #[arg(long)]
         print_body: bool,
@@ -64,7 +73,7 @@ enum Command {
     /// Release one run offline from a run bundle (query, Draft, stop reason, records).
     Check {
         /// The run bundle (JSON).
-        bundle: std::path::PathBuf,
+        bundle: PathBuf,
     },
     /// Measure the configured judge on a labelled corpus (run bundles with a label):
     /// confusion matrix, false-release, false-block, technical-failure and injection
@@ -79,19 +88,19 @@ enum Command {
     ProbeModel {
         /// Also write the report as JSON to this file.
         #[arg(long)]
-        json: Option<std::path::PathBuf>,
+        json: Option<PathBuf>,
     },
 }
 
 #[derive(clap::Args)]
 struct EvalArgs {
     /// A directory of labelled cases (*.json), e.g. eval/corpus.
-    corpus: std::path::PathBuf,
+    corpus: PathBuf,
     /// Where report.json and report.md go (default eval-reports/<UTC time>).
     #[arg(long)]
-    out: Option<std::path::PathBuf>,
+    out: Option<PathBuf>,
     /// Exit 1 when the false-release rate is above this (0.0 to 1.0).
-    #[arg(long)]
+    #[arg(long, value_parser = rate)]
     max_false_release: Option<f64>,
     /// Exit 1 when more model attempts than this failed for a protocol reason.
     #[arg(long)]
@@ -104,266 +113,141 @@ struct EvalArgs {
     quiet: bool,
 }
 
+/// A rate within 0..=1 (clap refuses anything else with exit 2).
+fn rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("must be within 0..=1, not {text}")),
+    }
+}
+
+/// Why a subcommand did not succeed.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    /// The command ran and its answer is "no"; what it found is printed already.
+    #[error("{0}")]
+    No(No),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("server error: {0}")]
+    Server(std::io::Error),
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    #[error(transparent)]
+    Seed(#[from] SeedError),
+    #[error(transparent)]
+    Soak(#[from] SoakError),
+    #[error(transparent)]
+    Eval(#[from] EvalError),
+    #[error("cannot listen on {listen}: {source}")]
+    Listen {
+        listen: String,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The answers "no" of the commands that judge something.
+#[derive(Debug, thiserror::Error)]
+enum No {
+    /// `check`: the release is a FALLBACK or CANCELLED (its result is on stdout).
+    #[error("")]
+    NotReleased,
+    #[error("FAILED: {0} invariant violation(s)")]
+    SoakViolations(usize),
+    #[error("{}", .0.join("; "))]
+    EvalLimits(Vec<String>),
+    #[error("the model server has a protocol problem (see the report)")]
+    ProbeFailed,
+}
+
+impl CliError {
+    /// The exit code of each failure: the binary's one table.
+    fn exit_code(&self) -> u8 {
+        match self {
+            CliError::No(_) | CliError::Server(_) => 1,
+            CliError::Start(StartError::NoTokenOffLoopback(_)) => 2,
+            CliError::Start(
+                StartError::Bind { .. }
+                | StartError::Metrics(_)
+                | StartError::Store(_)
+                | StartError::Harness(_),
+            ) => 1,
+            CliError::Config(_)
+            | CliError::Check(_)
+            | CliError::Seed(_)
+            | CliError::Soak(_)
+            | CliError::Eval(_)
+            | CliError::Listen { .. }
+            | CliError::Write { .. } => 2,
+        }
+    }
+}
+
+impl Command {
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Serve => "serve",
+            Command::Soak(_) => "soak",
+            Command::FakeModel { .. } => "fake-model",
+            Command::Seed { .. } => "seed",
+            Command::Check { .. } => "check",
+            Command::Eval(_) => "eval",
+            Command::ProbeModel { .. } => "probe-model",
+        }
+    }
+
+    fn run(self) -> Result<(), CliError> {
+        let system = actix::System::new();
+        match self {
+            Command::Serve => system.block_on(serve(Config::load()?)),
+            Command::Check { bundle } => system.block_on(check(Config::load()?, &bundle)),
+            Command::Soak(args) => system.block_on(soak(args, Config::load()?)),
+            Command::Seed { bundle, print_body } => {
+                system.block_on(seed(Config::load()?, &bundle, print_body))
+            }
+            Command::FakeModel { listen, verdict } => system.block_on(fake_model(listen, verdict)),
+            Command::Eval(args) => system.block_on(eval(args, Config::load()?)),
+            Command::ProbeModel { json } => {
+                system.block_on(probe_model(Config::load()?, json.as_deref()))
+            }
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Serve => serve(),
-        Command::Check { bundle } => check(&bundle),
-        Command::Soak(args) => soak(args),
-        Command::Seed { bundle, print_body } => seed(&bundle, print_body),
-        Command::FakeModel { listen, verdict } => fake_model(&listen, &verdict),
-        Command::Eval(args) => eval(args),
-        Command::ProbeModel { json } => probe_model(json.as_deref()),
+    let command = Cli::parse().command;
+    let name = command.name();
+    match command.run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let message = e.to_string();
+            if !message.is_empty() {
+                eprintln!("release-harness {name}: {message}");
+            }
+            ExitCode::from(e.exit_code())
+        }
     }
 }
 
-fn serve() -> ExitCode {
-    let config = match Config::load() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("release-harness serve: {e}");
-            return ExitCode::from(2);
-        }
-    };
+async fn serve(config: Config) -> Result<(), CliError> {
     telemetry::init_tracing(config.server.log_format);
-    let probe_config = config.clone();
-    let system = actix::System::new();
-    system.block_on(async move {
-        let app = match Application::build(config).await {
-            Ok(app) => app,
-            Err(e @ StartError::NoTokenOffLoopback(_)) => {
-                tracing::error!("{e}");
-                eprintln!("release-harness serve: {e}");
-                return ExitCode::from(2);
-            }
-            Err(e) => {
-                tracing::error!("{e}");
-                eprintln!("release-harness serve: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        tracing::info!(port = app.port(), "release-harness listening");
-        // The model set-up check runs beside the service and never delays readiness; its
-        // handle is owned here and aborted when the service stops.
-        let probe = actix_rt::spawn(log_probe(probe_config));
-        let stopped = app.run_until_stopped().await;
-        probe.abort();
-        match stopped {
-            Ok(()) => {
-                tracing::info!("stopped");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "server error");
-                ExitCode::FAILURE
-            }
-        }
-    })
-}
-
-fn soak(args: SoakArgs) -> ExitCode {
-    let config = match Config::load() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("release-harness soak: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let system = actix::System::new();
-    match system.block_on(release_harness::tools::soak::run(args, config)) {
-        Ok(report) => {
-            // The summary on stdout; the RSS series is in report.json and the plot.
-            let mut summary = serde_json::to_value(&report).unwrap_or_default();
-            if let Some(fields) = summary.as_object_mut() {
-                fields.remove("rss_series");
-            }
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&summary).unwrap_or_default()
-            );
-            if report.violations.is_empty() {
-                eprintln!("soak passed: every invariant held");
-                ExitCode::SUCCESS
-            } else {
-                eprintln!(
-                    "soak FAILED: {} invariant violation(s)",
-                    report.violations.len()
-                );
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => {
-            eprintln!("release-harness soak: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn seed(path: &std::path::Path, print_body: bool) -> ExitCode {
-    let bad = |message: String| {
-        eprintln!("release-harness seed: {message}");
-        ExitCode::from(2)
-    };
-    let config = match Config::load() {
-        Ok(c) => c,
-        Err(e) => return bad(e.to_string()),
-    };
-    let bundle = match std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))
-        .and_then(|text| RunBundle::parse(&text).map_err(|e| e.to_string()))
-    {
-        Ok(b) => b,
-        Err(e) => return bad(e),
-    };
-    let system = actix::System::new();
-    match system.block_on(seed_redis(&config, &bundle)) {
-        Ok(n) => {
-            eprintln!(
-                "seeded {n} record(s) of run {} under prefix {:?}",
-                bundle.run_id(),
-                config.redis.key_prefix
-            );
-            if print_body {
-                println!("{}", bundle.release_body());
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e) => bad(e.to_string()),
-    }
-}
-
-fn fake_model(listen: &str, verdict: &str) -> ExitCode {
-    let system = actix::System::new();
-    system.block_on(async {
-        let options = FakeModelOptions {
-            default_verdict: verdict.to_string(),
-            ..FakeModelOptions::default()
-        };
-        match FakeModel::start(listen, options) {
-            Ok(model) => {
-                println!("{}", model.url);
-                let _ = tokio::signal::ctrl_c().await;
-                model.stop().await;
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("release-harness fake-model: {e}");
-                ExitCode::from(2)
-            }
-        }
-    })
-}
-
-fn check(path: &std::path::Path) -> ExitCode {
-    let bad = |message: String| {
-        eprintln!("release-harness check: {message}");
-        ExitCode::from(2)
-    };
-    let config = match Config::load() {
-        Ok(c) => c,
-        Err(e) => return bad(e.to_string()),
-    };
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => return bad(format!("cannot read {}: {e}", path.display())),
-    };
-    let bundle = match RunBundle::parse(&text) {
-        Ok(b) => b,
-        Err(e) => return bad(e.to_string()),
-    };
-    if let Err(e) = bundle.request() {
-        return bad(e.to_string());
-    }
-    let model_configured = config.model_configured();
-    let system = actix::System::new();
-    let output = match system.block_on(run_check(config, &bundle)) {
-        Ok(output) => output,
-        Err(e) => return bad(e),
-    };
-    eprintln!("{}", describe(&output.audit, model_configured));
-    let pretty = serde_json::from_str::<serde_json::Value>(&output.json)
-        .and_then(|v| serde_json::to_string_pretty(&v))
-        .unwrap_or(output.json.clone());
-    println!("{pretty}");
-    ExitCode::from(output.exit_code() as u8)
-}
-
-fn eval(args: EvalArgs) -> ExitCode {
-    use release_harness::tools::eval::{load_corpus, run_eval, write_report, Progress};
-    let bad = |message: String| {
-        eprintln!("release-harness eval: {message}");
-        ExitCode::from(2)
-    };
-    if let Some(r) = args.max_false_release {
-        if !(0.0..=1.0).contains(&r) {
-            return bad(format!("--max-false-release must be within 0..=1, not {r}"));
-        }
-    }
-    let config = match Config::load() {
-        Ok(c) => c,
-        Err(e) => return bad(e.to_string()),
-    };
-    let mut cases = match load_corpus(&args.corpus) {
-        Ok(c) => c,
-        Err(e) => return bad(e.to_string()),
-    };
-    if let Some(limit) = args.limit {
-        cases.truncate(limit);
-    }
-    let progress = if args.quiet {
-        Progress::Hidden
-    } else {
-        Progress::Bar
-    };
-    let system = actix::System::new();
-    let report = match system.block_on(run_eval(&config, &args.corpus, &cases, progress)) {
-        Ok(r) => r,
-        Err(e) => return bad(e.to_string()),
-    };
-    let out = args.out.unwrap_or_else(|| {
-        std::path::PathBuf::from("eval-reports")
-            .join(chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string())
-    });
-    if let Err(e) = write_report(&report, &out) {
-        return bad(e.to_string());
-    }
-    println!("{}", report.table());
-    eprintln!(
-        "report: {}/report.json, {}/report.md",
-        out.display(),
-        out.display()
-    );
-    let mut failed = Vec::new();
-    if let (Some(max), Some(rate)) = (args.max_false_release, report.false_release_rate) {
-        if rate > max {
-            failed.push(format!(
-                "false-release rate {:.3} is above --max-false-release {max}",
-                rate
-            ));
-        }
-    }
-    if let Some(max) = args.max_protocol_failures {
-        if report.protocol_failures > max {
-            failed.push(format!(
-                "{} protocol failure(s), more than --max-protocol-failures {max}",
-                report.protocol_failures
-            ));
-        }
-    }
-    if report.not_judged > 0 {
-        failed.push(format!(
-            "{} case(s) never reached the judge (see report.md)",
-            report.not_judged
-        ));
-    }
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        for f in failed {
-            eprintln!("release-harness eval: {f}");
-        }
-        ExitCode::FAILURE
-    }
+    let app = Application::build(config.clone()).await?;
+    tracing::info!(port = app.port(), "release-harness listening");
+    // The model set-up check runs beside the service and never delays readiness; its
+    // handle is owned here and aborted when the service stops.
+    let probe = actix_rt::spawn(log_probe(config));
+    let stopped = app.run_until_stopped().await;
+    probe.abort();
+    stopped.map_err(CliError::Server)?;
+    tracing::info!("stopped");
+    Ok(())
 }
 
 /// `serve`'s start-up check of the model: the probe's findings as log lines.
@@ -377,7 +261,7 @@ async fn log_probe(config: Config) {
         );
         return;
     }
-    let report = release_harness::tools::probe::probe(&config).await;
+    let report = probe(&config).await;
     for finding in &report.findings {
         match finding.level {
             "ok" => tracing::info!(target: "model_probe", "{}", finding.text),
@@ -387,30 +271,111 @@ async fn log_probe(config: Config) {
     }
 }
 
-fn probe_model(json: Option<&std::path::Path>) -> ExitCode {
-    let config = match Config::load() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("release-harness probe-model: {e}");
-            return ExitCode::from(2);
-        }
+async fn check(config: Config, path: &Path) -> Result<(), CliError> {
+    let bundle = RunBundle::read(path).map_err(CheckError::from)?;
+    bundle.request().map_err(CheckError::from)?;
+    let model_configured = config.model_configured();
+    let output = run_check(config, &bundle).await?;
+    eprintln!("{}", describe(&output.audit, model_configured));
+    let pretty = serde_json::from_str::<serde_json::Value>(&output.json)
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or(output.json.clone());
+    println!("{pretty}");
+    match output.result.outcome {
+        Outcome::Success => Ok(()),
+        Outcome::Fallback | Outcome::Cancelled => Err(CliError::No(No::NotReleased)),
+    }
+}
+
+async fn soak(args: SoakArgs, config: Config) -> Result<(), CliError> {
+    let report = release_harness::tools::soak::run(args, config).await?;
+    // The summary on stdout; the RSS series is in report.json and the plot.
+    let mut summary = serde_json::to_value(&report).unwrap_or_default();
+    if let Some(fields) = summary.as_object_mut() {
+        fields.remove("rss_series");
+    }
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&summary).unwrap_or_default()
+    );
+    if !report.violations.is_empty() {
+        return Err(CliError::No(No::SoakViolations(report.violations.len())));
+    }
+    eprintln!("soak passed: every invariant held");
+    Ok(())
+}
+
+async fn seed(config: Config, path: &Path, print_body: bool) -> Result<(), CliError> {
+    let bundle = RunBundle::read(path).map_err(SeedError::from)?;
+    let n = seed_redis(&config, &bundle).await?;
+    eprintln!(
+        "seeded {n} record(s) of run {} under prefix {:?}",
+        bundle.run_id(),
+        config.redis.key_prefix
+    );
+    if print_body {
+        println!("{}", bundle.release_body());
+    }
+    Ok(())
+}
+
+async fn fake_model(listen: String, verdict: String) -> Result<(), CliError> {
+    let options = FakeModelOptions {
+        default_verdict: verdict,
+        ..FakeModelOptions::default()
     };
-    let system = actix::System::new();
-    let report = system.block_on(release_harness::tools::probe::probe(&config));
+    let model =
+        FakeModel::start(&listen, options).map_err(|source| CliError::Listen { listen, source })?;
+    println!("{}", model.url);
+    let _ = tokio::signal::ctrl_c().await;
+    model.stop().await;
+    Ok(())
+}
+
+async fn eval(args: EvalArgs, config: Config) -> Result<(), CliError> {
+    let mut cases = load_corpus(&args.corpus)?;
+    if let Some(limit) = args.limit {
+        cases.truncate(limit);
+    }
+    let progress = if args.quiet {
+        Progress::Hidden
+    } else {
+        Progress::Bar
+    };
+    let report = run_eval(&config, &args.corpus, &cases, progress).await?;
+    let out = args.out.unwrap_or_else(|| {
+        PathBuf::from("eval-reports").join(chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string())
+    });
+    write_report(&report, &out)?;
+    println!("{}", report.table());
+    eprintln!(
+        "report: {}/report.json, {}/report.md",
+        out.display(),
+        out.display()
+    );
+    let gate = Gate {
+        max_false_release: args.max_false_release,
+        max_protocol_failures: args.max_protocol_failures,
+    };
+    let failed = gate.failures(&report);
+    if !failed.is_empty() {
+        return Err(CliError::No(No::EvalLimits(failed)));
+    }
+    Ok(())
+}
+
+async fn probe_model(config: Config, json: Option<&Path>) -> Result<(), CliError> {
+    let report = probe(&config).await;
     print!("{}", report.render());
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-        if let Err(e) = std::fs::write(path, text) {
-            eprintln!(
-                "release-harness probe-model: cannot write {}: {e}",
-                path.display()
-            );
-            return ExitCode::from(2);
-        }
+        std::fs::write(path, text).map_err(|source| CliError::Write {
+            path: path.to_path_buf(),
+            source,
+        })?;
     }
     if report.failed() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
+        return Err(CliError::No(No::ProbeFailed));
     }
+    Ok(())
 }

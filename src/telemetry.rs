@@ -12,7 +12,7 @@ use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
     Gauge, Histogram, Unit,
 };
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::config::{Config, LogFormat};
 use crate::domain::audit::{AttemptOutcome, CancelSource, ModelRole};
@@ -182,7 +182,7 @@ static PROMETHEUS: Mutex<Option<PrometheusHandle>> = Mutex::new(None);
 
 /// Installs the global Prometheus recorder once per process and describes every metric.
 /// Later calls (several apps in one test process) get the same handle.
-pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, String> {
+pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, BuildError> {
     let mut installed = PROMETHEUS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(handle) = installed.as_ref() {
         return Ok(handle.clone());
@@ -195,9 +195,8 @@ pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, String> {
         })
         .and_then(|b| {
             b.set_buckets_for_metric(Matcher::Full(OVERHEAD_SECONDS.into()), &OVERHEAD_BUCKETS)
-        })
-        .map_err(|e| e.to_string())?;
-    let handle = builder.install_recorder().map_err(|e| e.to_string())?;
+        })?;
+    let handle = builder.install_recorder()?;
     *installed = Some(handle.clone());
     describe_metrics();
     let _ = RELEASE_METRICS.set(ReleaseMetrics::register());

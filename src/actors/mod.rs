@@ -27,7 +27,7 @@ use crate::config::Config;
 use crate::domain::audit::CancelSource;
 use crate::domain::release::ReleaseResult;
 pub use crate::domain::request::ReleaseRequest;
-use crate::model::ModelClient;
+use crate::model::{ClientError, ModelClient};
 use crate::store::{Store, StoreError};
 
 /// What every run shares: configuration, the store, the model client (None when
@@ -40,8 +40,17 @@ pub struct Harness {
     pub replica: Arc<str>,
 }
 
+/// Why the shared parts of the runs could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error(transparent)]
+    Model(#[from] ClientError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 impl Harness {
-    pub fn new(config: Config, store: Store) -> Result<Harness, String> {
+    pub fn new(config: Config, store: Store) -> Result<Harness, HarnessError> {
         let model = if config.model_configured() {
             Some(ModelClient::new(&config.model)?)
         } else {
@@ -57,17 +66,14 @@ impl Harness {
 
     /// A copy for one HTTP worker, whose releases run on its thread: Redis connections and
     /// a model client of its own, so that their I/O is driven on that thread too.
-    pub fn for_worker(&self) -> Result<Harness, String> {
+    pub fn for_worker(&self) -> Result<Harness, HarnessError> {
         let model = match self.model {
             Some(_) => Some(ModelClient::new(&self.config.model)?),
             None => None,
         };
         Ok(Harness {
             config: self.config.clone(),
-            store: self
-                .store
-                .for_worker(&self.config.redis)
-                .map_err(|e| e.to_string())?,
+            store: self.store.for_worker(&self.config.redis)?,
             model,
             replica: self.replica.clone(),
         })

@@ -61,8 +61,12 @@ pub enum StartError {
         address: String,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Setup(String),
+    #[error("cannot install the metrics recorder: {0}")]
+    Metrics(#[from] metrics_exporter_prometheus::BuildError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Harness(#[from] crate::actors::HarnessError),
 }
 
 /// Starts graceful shutdown; cloned into the signal handler and into tests.
@@ -143,23 +147,21 @@ impl Application {
         if config.server.api_token.is_empty() && !is_loopback(&config.server.listen) {
             return Err(StartError::NoTokenOffLoopback(config.server.listen.clone()));
         }
-        let metrics = telemetry::install_metrics(&config).map_err(StartError::Setup)?;
-        let redis = RedisStore::new(&config.redis).map_err(|e| StartError::Setup(e.to_string()))?;
+        let metrics = telemetry::install_metrics(&config)?;
+        let redis = RedisStore::new(&config.redis)?;
         let store = Store::Redis(redis.clone());
-        let harness = Harness::new(config.clone(), store.clone()).map_err(StartError::Setup)?;
+        let harness = Harness::new(config.clone(), store.clone())?;
         let config = harness.config.clone();
         let shards = Shards::default();
         let listener = CancelListener::new(redis, shards.clone()).start();
         let draining = Arc::new(AtomicBool::new(false));
 
-        let tcp = TcpListener::bind(&config.server.listen).map_err(|source| StartError::Bind {
+        let bind_error = |source| StartError::Bind {
             address: config.server.listen.clone(),
             source,
-        })?;
-        let port = tcp
-            .local_addr()
-            .map_err(|e| StartError::Setup(e.to_string()))?
-            .port();
+        };
+        let tcp = TcpListener::bind(&config.server.listen).map_err(bind_error)?;
+        let port = tcp.local_addr().map_err(bind_error)?.port();
         let state = web::Data::new(AppState {
             shards: shards.clone(),
             store: store.clone(),

@@ -49,10 +49,15 @@ impl std::fmt::Debug for ModelClient {
     }
 }
 
+/// The model's HTTP client could not be built (its TLS set-up failed).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the HTTP client: {0}")]
+pub struct ClientError(#[from] reqwest::Error);
+
 impl ModelClient {
     /// Builds the client from configuration; every field is set explicitly so that no
     /// `OPENAI_*` environment variable can override the harness's own settings.
-    pub fn new(config: &ModelConfig) -> Result<ModelClient, String> {
+    pub fn new(config: &ModelConfig) -> Result<ModelClient, ClientError> {
         // One request per attempt, to the configured server only: no redirect is followed
         // (it would send the evidence again, wherever `Location` points) and reqwest's own
         // retries are off (the SemanticGuard's attempts are the only ones).
@@ -65,9 +70,7 @@ impl ModelClient {
         if config.http2_prior_knowledge {
             http = http.http2_prior_knowledge();
         }
-        let http = http
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        let http = http.build()?;
         let openai = OpenAIConfig::default()
             .with_api_base(config.base_url.clone())
             .with_api_key(config.api_key.clone())

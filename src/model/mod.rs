@@ -9,5 +9,5 @@ pub mod envelope;
 pub mod prompts;
 pub mod verdict;
 
-pub use client::{ModelClient, SendFailure};
+pub use client::{ClientError, ModelClient, SendFailure};
 pub use prompts::PreparedRequest;

@@ -19,20 +19,20 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::config::{Config, StructuredOutput};
+use crate::domain::audit::AttemptOutcome;
+use crate::domain::draft::{AnalysisKind, Draft, DraftParseError};
+use crate::domain::evidence_guard::{Rule, Violation};
+use crate::domain::invocation::{EvidenceStatus, ToolName};
+use crate::domain::snapshot::{
+    AnalysisEvidence, EvidenceData, EvidenceItem, SnapshotLogEntry, VerifiedSnapshot,
+};
 use crate::model::prompts::{
     new_nonce, repair_request, semantic_request, verdict_schema, PreparedRequest, PromptError,
     RequestShape, UsableCallRef,
 };
 use crate::model::verdict::{parse_repaired_draft, parse_verdict, read_completion, usage};
 use crate::model::ModelClient;
-use crate::config::{Config, StructuredOutput};
-use crate::domain::audit::AttemptOutcome;
-use crate::domain::draft::{AnalysisKind, Draft};
-use crate::domain::evidence_guard::{Rule, Violation};
-use crate::domain::invocation::{EvidenceStatus, ToolName};
-use crate::domain::snapshot::{
-    AnalysisEvidence, EvidenceData, EvidenceItem, SnapshotLogEntry, VerifiedSnapshot,
-};
 
 /// How one probe request went.
 #[derive(Debug, Clone, Serialize)]
@@ -176,12 +176,11 @@ fn canary_request(
 }
 
 /// A tiny verified Draft and its snapshot, as EvidenceGuard would hand them to the judge.
-fn tiny_judged_case() -> Result<(Draft, VerifiedSnapshot), String> {
+fn tiny_judged_case() -> Result<(Draft, VerifiedSnapshot), DraftParseError> {
     let draft = Draft::parse_text(
         r#"{"conclusion": {"text": "order-api logged 3 timeout errors between 10:00 and 11:00 UTC.", "analysis_refs": ["A1"]},
             "analyses": [{"id": "A1", "kind": "NORMAL", "text": "A log search found 3 ERROR entries with 'timeout' on order-api.", "tool_call_ids": ["probe-1"]}]}"#,
-    )
-    .map_err(|e| format!("the probe Draft does not parse: {e:?}"))?;
+    )?;
     let snapshot = VerifiedSnapshot {
         analyses: vec![AnalysisEvidence {
             analysis_id: "A1".into(),
@@ -306,7 +305,7 @@ pub async fn probe(config: &Config) -> ProbeReport {
     let client = match ModelClient::new(&config.model) {
         Ok(c) => c,
         Err(e) => {
-            report.findings.push(finding("fail", e));
+            report.findings.push(finding("fail", e.to_string()));
             return report;
         }
     };
@@ -428,7 +427,10 @@ pub async fn probe(config: &Config) -> ProbeReport {
                 format!("cannot build the judge request: {e}"),
             )),
         },
-        Err(e) => findings.push(finding("fail", e)),
+        Err(e) => findings.push(finding(
+            "fail",
+            format!("the probe Draft does not parse: {e:?}"),
+        )),
     }
 
     // 3. The repair, as serve builds it.

@@ -108,8 +108,11 @@ pub enum EvalError {
     Empty(PathBuf),
     #[error("no model is configured (model.base_url is empty): eval measures a model")]
     NoModel,
-    #[error("cannot write the report: {0}")]
-    Write(String),
+    #[error("cannot write the report into {dir}: {source}")]
+    Write {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// Every `*.json` of `dir`, in file-name order, parsed strictly.
@@ -243,12 +246,52 @@ fn case_result(case: &EvalCase, audit: &Value, fallback: Option<FallbackType>) -
     }
 }
 
+/// The limits a run of `eval` is held to (its `--max-*` flags).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gate {
+    pub max_false_release: Option<f64>,
+    pub max_protocol_failures: Option<usize>,
+}
+
+impl Gate {
+    /// What the report breaks of these limits (empty: the eval passes). A case that never
+    /// reached the judge always fails it: the corpus did not measure what it claims to.
+    pub fn failures(&self, report: &EvalReport) -> Vec<String> {
+        let mut failed = Vec::new();
+        if let (Some(max), Some(rate)) = (self.max_false_release, report.false_release_rate) {
+            if rate > max {
+                failed.push(format!(
+                    "false-release rate {rate:.3} is above --max-false-release {max}"
+                ));
+            }
+        }
+        if let Some(max) = self.max_protocol_failures {
+            if report.protocol_failures > max {
+                failed.push(format!(
+                    "{} protocol failure(s), more than --max-protocol-failures {max}",
+                    report.protocol_failures
+                ));
+            }
+        }
+        if report.not_judged > 0 {
+            failed.push(format!(
+                "{} case(s) never reached the judge (see report.md)",
+                report.not_judged
+            ));
+        }
+        failed
+    }
+}
+
 /// Writes `report.json` and `report.md` into `dir` (created if needed).
 pub fn write_report(report: &EvalReport, dir: &Path) -> Result<(), EvalError> {
-    std::fs::create_dir_all(dir).map_err(|e| EvalError::Write(e.to_string()))?;
-    let json = serde_json::to_string_pretty(report).map_err(|e| EvalError::Write(e.to_string()))?;
-    std::fs::write(dir.join("report.json"), json).map_err(|e| EvalError::Write(e.to_string()))?;
-    std::fs::write(dir.join("report.md"), report.markdown())
-        .map_err(|e| EvalError::Write(e.to_string()))?;
+    let failed = |source| EvalError::Write {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(failed)?;
+    let json = serde_json::to_string_pretty(report).map_err(|e| failed(e.into()))?;
+    std::fs::write(dir.join("report.json"), json).map_err(failed)?;
+    std::fs::write(dir.join("report.md"), report.markdown()).map_err(failed)?;
     Ok(())
 }

@@ -8,4 +8,4 @@ pub mod report;
 pub mod run;
 pub mod scenarios;
 
-pub use run::{run, SoakArgs};
+pub use run::{run, SoakArgs, SoakError};

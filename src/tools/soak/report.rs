@@ -103,10 +103,13 @@ fn latency_series(samples: &[Sample]) -> Vec<(f64, f64, f64)> {
         .collect()
 }
 
+/// Why the plot could not be drawn (the SVG file could not be written).
+pub type PlotError = plotters::drawing::DrawingAreaErrorKind<std::io::Error>;
+
 /// Draws latency percentiles (top) and RSS (bottom) over time.
-pub fn plot(path: &Path, samples: &[Sample], rss: &[RssPoint]) -> Result<(), String> {
+pub fn plot(path: &Path, samples: &[Sample], rss: &[RssPoint]) -> Result<(), PlotError> {
     let root = SVGBackend::new(path, (1000, 700)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    root.fill(&WHITE)?;
     let (top, bottom) = root.split_vertically(350);
     let series = latency_series(samples);
     let x_max = series
@@ -121,29 +124,21 @@ pub fn plot(path: &Path, samples: &[Sample], rss: &[RssPoint]) -> Result<(), Str
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
-        .map_err(|e| e.to_string())?;
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
     chart
         .configure_mesh()
         .x_desc("seconds")
         .y_desc("ms")
-        .draw()
-        .map_err(|e| e.to_string())?;
+        .draw()?;
     chart
-        .draw_series(LineSeries::new(series.iter().map(|s| (s.0, s.1)), &BLUE))
-        .map_err(|e| e.to_string())?
+        .draw_series(LineSeries::new(series.iter().map(|s| (s.0, s.1)), &BLUE))?
         .label("p50")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
     chart
-        .draw_series(LineSeries::new(series.iter().map(|s| (s.0, s.2)), &RED))
-        .map_err(|e| e.to_string())?
+        .draw_series(LineSeries::new(series.iter().map(|s| (s.0, s.2)), &RED))?
         .label("p99")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())?;
+    chart.configure_series_labels().border_style(BLACK).draw()?;
 
     let rss_max = rss
         .iter()
@@ -155,21 +150,17 @@ pub fn plot(path: &Path, samples: &[Sample], rss: &[RssPoint]) -> Result<(), Str
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(60)
-        .build_cartesian_2d(0f64..x_max, 0f64..rss_max)
-        .map_err(|e| e.to_string())?;
+        .build_cartesian_2d(0f64..x_max, 0f64..rss_max)?;
     memory
         .configure_mesh()
         .x_desc("seconds")
         .y_desc("MiB")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    memory
-        .draw_series(LineSeries::new(
-            rss.iter().map(|r| (r.at, r.rss_kb as f64 / 1024.0)),
-            &GREEN,
-        ))
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+        .draw()?;
+    memory.draw_series(LineSeries::new(
+        rss.iter().map(|r| (r.at, r.rss_kb as f64 / 1024.0)),
+        &GREEN,
+    ))?;
+    root.present()
 }
 
 #[cfg(test)]

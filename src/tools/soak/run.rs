@@ -16,13 +16,44 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use crate::tools::fake_model::{FakeModel, FakeModelOptions};
-use super::report::{percentiles, plot, rss_kb, Report, RssPoint, Sample};
+use super::report::{percentiles, plot, rss_kb, PlotError, Report, RssPoint, Sample};
 use super::scenarios::{RunPlan, Scenario, CANARIES};
 use crate::config::Config;
-use crate::http::Application;
+use crate::http::{Application, StartError};
 use crate::store::agent_records::{AgentRecords, CallsLists};
-use crate::store::Keys;
+use crate::store::{Keys, StoreError};
+use crate::tools::fake_model::{FakeModel, FakeModelOptions};
+
+/// Why a soak could not run (exit 2), as opposed to the invariants it found broken.
+#[derive(Debug, thiserror::Error)]
+pub enum SoakError {
+    #[error("unknown scenario {0:?}; see src/tools/soak/scenarios.rs")]
+    UnknownScenario(String),
+    #[error("cannot start the fake model: {0}")]
+    FakeModel(std::io::Error),
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+    #[error("cannot draw the plot: {0}")]
+    Plot(#[from] PlotError),
+    #[error("cannot write the report into {dir}: {source}")]
+    Write {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Why a run's records could not be seeded (a violation once retries are spent).
+#[derive(Debug, thiserror::Error)]
+enum SeedFailure {
+    #[error("the scenario's records are invalid: {0}")]
+    Records(String),
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SoakArgs {
@@ -127,7 +158,7 @@ impl Shared {
     }
 }
 
-async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), String> {
+async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), SeedFailure> {
     if plan.invocations.is_empty() && !plan.marker_before {
         return Ok(());
     }
@@ -140,15 +171,11 @@ async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), String> 
         )
         .ignore();
     }
-    AgentRecords::from_json(&plan.invocations, run)?.write_redis(
-        &mut pipe,
-        &Keys::new(&shared.prefix),
-        CallsLists::Append,
-    );
+    AgentRecords::from_json(&plan.invocations, run)
+        .map_err(SeedFailure::Records)?
+        .write_redis(&mut pipe, &Keys::new(&shared.prefix), CallsLists::Append);
     let mut conn = shared.redis.clone();
-    pipe.query_async::<()>(&mut conn)
-        .await
-        .map_err(|e| e.to_string())
+    Ok(pipe.query_async::<()>(&mut conn).await?)
 }
 
 async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
@@ -284,7 +311,7 @@ async fn release(
     run: &str,
     number: u64,
     body: &Value,
-) -> Result<(u16, String), String> {
+) -> Result<(u16, String), reqwest::Error> {
     let began = Instant::now();
     let mut attempt = 0u64;
     loop {
@@ -306,7 +333,7 @@ async fn release(
                 return Ok((status, r.text().await.unwrap_or_default()));
             }
             Err(_) if shared.may_retry(began) => Duration::from_millis(200),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e),
         };
         shared.retries.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(wait).await;
@@ -349,13 +376,12 @@ async fn runs_in_flight(client: &reqwest::Client, base: &str) -> Option<f64> {
 }
 
 /// Runs the soak; returns the report (violations empty = every invariant held).
-pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
+pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError> {
     let only = match &args.only {
         None => None,
-        Some(name) => Some(
-            Scenario::by_name(name)
-                .ok_or_else(|| format!("unknown scenario {name:?}; see src/tools/soak/scenarios.rs"))?,
-        ),
+        Some(name) => {
+            Some(Scenario::by_name(name).ok_or_else(|| SoakError::UnknownScenario(name.clone()))?)
+        }
     };
     let model = FakeModel::start(
         &args.model_listen,
@@ -368,7 +394,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
             ..FakeModelOptions::default()
         },
     )
-    .map_err(|e| format!("cannot start the fake model: {e}"))?;
+    .map_err(SoakError::FakeModel)?;
     eprintln!("fake model at {}", model.url);
 
     let (targets, token, prefix, app_shutdown) = match args.target.is_empty() {
@@ -400,9 +426,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
             config.semantic_guard.attempt_timeout_ms = 1_000;
             config.semantic_guard.total_timeout_ms = 2_500;
             config.repair.timeout_ms = 1_000;
-            let app = Application::build(config.clone())
-                .await
-                .map_err(|e| e.to_string())?;
+            let app = Application::build(config.clone()).await?;
             let base = format!("http://127.0.0.1:{}", app.port());
             let shutdown = app.shutdown_handle();
             actix_rt::spawn(app.run_until_stopped());
@@ -410,14 +434,14 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
             (vec![base], "soak-token".to_string(), prefix, Some(shutdown))
         }
     };
-    let redis = crate::store::RedisConnection::open(&config.redis).map_err(|e| e.to_string())?;
+    let redis = crate::store::RedisConnection::open(&config.redis)?;
     let mut client = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .pool_max_idle_per_host(64);
     if args.http2 {
         client = client.http2_prior_knowledge();
     }
-    let client = client.build().map_err(|e| e.to_string())?;
+    let client = client.build()?;
     let shared = Arc::new(Shared {
         client: client.clone(),
         targets: targets.clone(),
@@ -563,8 +587,11 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
     let run_dir = args
         .report_dir
         .join(chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string());
-    std::fs::create_dir_all(&run_dir)
-        .map_err(|e| format!("cannot create {}: {e}", run_dir.display()))?;
+    let unwritten = |source| SoakError::Write {
+        dir: run_dir.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&run_dir).map_err(unwritten)?;
     let plot_path = run_dir.join("plot.svg");
     plot(&plot_path, &samples, &rss)?;
     let latencies: Vec<f64> = samples.iter().map(|s| s.latency_ms).collect();
@@ -612,8 +639,8 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, String> {
         runs_in_flight_after: in_flight_after,
         plot: plot_path.display().to_string(),
     };
-    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
-    std::fs::write(run_dir.join("report.json"), &json).map_err(|e| e.to_string())?;
+    let json = serde_json::to_string_pretty(&report).map_err(|e| unwritten(e.into()))?;
+    std::fs::write(run_dir.join("report.json"), &json).map_err(unwritten)?;
     if let Some(shutdown) = app_shutdown {
         shutdown.run().await;
     }
