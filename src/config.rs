@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
+use figment::value::{Dict, Map};
+use figment::{Figment, Metadata, Profile, Provider};
 use serde::Deserialize;
 
 use crate::domain::bounded::CopyLimits;
@@ -30,6 +31,24 @@ const STRING_KEYS: [&str; 8] = [
 
 /// The documented defaults, compiled in.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// The name of [`CompiledDefaults`], by which a value is known to be a default rather than
+/// something the operator set.
+const DEFAULTS_NAME: &str = "release-harness compiled-in defaults";
+
+/// `config/default.toml` as a figment provider under a name of its own, so that
+/// [`Config::from_figment`] can tell a default `redis.url` from one the operator set.
+struct CompiledDefaults;
+
+impl Provider for CompiledDefaults {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(DEFAULTS_NAME)
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Toml::string(DEFAULT_TOML).data()
+    }
+}
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,6 +89,11 @@ pub struct ServerConfig {
     /// bytes with no time limit, so a client that connects and sends nothing is never closed
     /// (over HTTP/1.1 alone it gets 408 after `client_request_timeout_ms`).
     pub accept_h2c: bool,
+    /// Releases admitted at once on this replica; beyond it a release is answered `503
+    /// overloaded` at the door (a stored result is still replayed).
+    pub max_in_flight: usize,
+    /// The `Retry-After` (whole seconds, at least 1) of a `503 overloaded`.
+    pub overloaded_retry_after_s: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -191,6 +215,13 @@ pub struct ModelConfig {
     /// pending call of a worker shares one connection instead of holding one each. Only
     /// for a server or gateway known to accept h2c; off by default (HTTP/1.1).
     pub http2_prior_knowledge: bool,
+    /// Model requests open at once on this replica (judge and repair alike); the others
+    /// wait for a slot in arrival order, spending their role's total deadline.
+    pub max_concurrent_calls: usize,
+    /// Connection failures in a row (no HTTP answer) that open the circuit; 0 = no circuit.
+    pub circuit_failures: u32,
+    /// How long an open circuit fails attempts at once before one probe is let through.
+    pub circuit_open_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -294,7 +325,7 @@ impl Config {
 
     /// The layered sources, for callers (tests) that want to add their own on top.
     pub fn figment() -> Figment {
-        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        let mut figment = Figment::from(CompiledDefaults);
         if let Ok(path) = std::env::var("HARNESS_CONFIG") {
             if !path.is_empty() {
                 figment = figment.merge(Toml::file_exact(path));
@@ -313,16 +344,33 @@ impl Config {
     }
 
     pub fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let config: Config = figment
+        let mut config: Config = figment
             .extract()
             .map_err(|e| ConfigError::Load(Box::new(e)))?;
+        // Non-empty `redis.cluster_nodes` selects Redis Cluster (CONTRACT §5): the compiled-in
+        // `redis.url` then does not count. One the operator set beside it is refused.
+        if !config.redis.cluster_nodes.is_empty() && !config.redis.url.is_empty() {
+            let url_is_default = figment
+                .find_metadata("redis.url")
+                .is_some_and(|m| m.name == DEFAULTS_NAME);
+            if !url_is_default {
+                return Err(ConfigError::Invalid {
+                    key: "redis.url",
+                    problem: format!(
+                        "is set ({}) beside redis.cluster_nodes, which selects Redis Cluster: set only one of redis.url and redis.cluster_nodes",
+                        describe_source(figment.find_metadata("redis.url"))
+                    ),
+                });
+            }
+            config.redis.url.clear();
+        }
         config.validate()?;
         Ok(config)
     }
 
     /// The defaults alone (tests and benches start from here).
     pub fn defaults() -> Config {
-        match Config::from_figment(Figment::from(Toml::string(DEFAULT_TOML))) {
+        match Config::from_figment(Figment::from(CompiledDefaults)) {
             Ok(config) => config,
             Err(e) => panic!("config/default.toml is invalid: {e}"),
         }
@@ -414,7 +462,7 @@ impl Config {
             return invalid("model.api_key", "must be printable ASCII without spaces");
         }
         let sg = &self.semantic_guard;
-        let must_be_positive: [(&'static str, u64); 24] = [
+        let must_be_positive: [(&'static str, u64); 28] = [
             ("evidence.max_record_bytes", self.evidence.max_record_bytes),
             (
                 "evidence.max_release_bytes",
@@ -447,6 +495,16 @@ impl Config {
             ("redis.result_ttl_seconds", self.redis.result_ttl_seconds),
             ("model.connect_timeout_ms", self.model.connect_timeout_ms),
             ("semantic_guard.max_attempts", u64::from(sg.max_attempts)),
+            ("server.max_in_flight", self.server.max_in_flight as u64),
+            (
+                "server.overloaded_retry_after_s",
+                self.server.overloaded_retry_after_s,
+            ),
+            (
+                "model.max_concurrent_calls",
+                self.model.max_concurrent_calls as u64,
+            ),
+            ("model.circuit_open_ms", self.model.circuit_open_ms),
             ("semantic_guard.attempt_timeout_ms", sg.attempt_timeout_ms),
             ("semantic_guard.total_timeout_ms", sg.total_timeout_ms),
             (
@@ -541,6 +599,24 @@ impl Config {
 
     pub fn cancel_poll_interval(&self) -> Duration {
         Duration::from_millis(self.cancel.poll_interval_ms)
+    }
+
+    pub fn breaker(&self) -> crate::model::gate::BreakerSettings {
+        crate::model::gate::BreakerSettings {
+            failures: self.model.circuit_failures,
+            open_for: Duration::from_millis(self.model.circuit_open_ms),
+        }
+    }
+}
+
+/// Where a value came from, for an error message: the file, or the environment.
+fn describe_source(metadata: Option<&Metadata>) -> String {
+    match metadata {
+        Some(m) => match &m.source {
+            Some(source) => format!("in {source}"),
+            None => format!("by {}", m.name),
+        },
+        None => "explicitly".to_string(),
     }
 }
 
@@ -696,9 +772,48 @@ mod tests {
         });
     }
 
+    /// Item 8 of issue 31, as a new user would try it: a file with only `cluster_nodes`.
+    #[test]
+    fn cluster_nodes_alone_select_redis_cluster_beside_the_default_url() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "cluster.toml",
+                "[redis]\ncluster_nodes = [\"redis://h1:7000\", \"redis://h2:7000\"]\n",
+            )?;
+            jail.set_env("HARNESS_CONFIG", "cluster.toml");
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.redis.cluster_nodes.len(), 2);
+            assert_eq!(c.redis.url, "", "the compiled-in url is ignored");
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__REDIS__CLUSTER_NODES", "redis://h1:7000");
+            let c = Config::load().map_err(|e| e.to_string())?;
+            assert_eq!(c.redis.cluster_nodes, ["redis://h1:7000"]);
+            assert_eq!(c.redis.url, "");
+            Ok(())
+        });
+        for url in ["redis://10.0.0.9:6379", "redis://127.0.0.1:6379"] {
+            Jail::expect_with(|jail| {
+                jail.create_file(
+                    "both.toml",
+                    &format!("[redis]\nurl = \"{url}\"\ncluster_nodes = [\"redis://h1:7000\"]\n"),
+                )?;
+                jail.set_env("HARNESS_CONFIG", "both.toml");
+                let err = Config::load().unwrap_err().to_string();
+                assert!(
+                    err.contains("redis.url") && err.contains("redis.cluster_nodes"),
+                    "an explicit url beside cluster_nodes names both keys: {err}"
+                );
+                Ok(())
+            });
+        }
+    }
+
     #[test]
     fn exactly_one_of_url_and_cluster_nodes_selects_the_store() {
         Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__REDIS__URL", "redis://10.0.0.9:6379");
             jail.set_env("HARNESS__REDIS__CLUSTER_NODES", "redis://h1:7000");
             let err = Config::load().unwrap_err().to_string();
             assert!(err.contains("redis.cluster_nodes"), "both set: {err}");

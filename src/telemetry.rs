@@ -30,6 +30,20 @@ pub const RUNS_IN_FLIGHT: &str = "harness_runs_in_flight";
 pub const CANCELLATIONS_TOTAL: &str = "harness_cancellations_total";
 pub const STORE_ERRORS_TOTAL: &str = "harness_store_errors_total";
 pub const BAD_RECORDS_TOTAL: &str = "harness_bad_records_total";
+pub const SHED_TOTAL: &str = "harness_shed_total";
+pub const MODEL_CALLS_IN_FLIGHT: &str = "harness_model_calls_in_flight";
+pub const MODEL_QUEUE_WAIT_SECONDS: &str = "harness_model_queue_wait_seconds";
+pub const MODEL_COOLDOWN_SECONDS: &str = "harness_model_cooldown_seconds";
+pub const MODEL_GATE_REFUSED_TOTAL: &str = "harness_model_gate_refused_total";
+pub const MODEL_CIRCUIT_OPEN: &str = "harness_model_circuit_open";
+pub const MODEL_CIRCUIT_OPENED_TOTAL: &str = "harness_model_circuit_opened_total";
+pub const ADMISSION_LIMIT: &str = "harness_admission_limit";
+pub const SEMANTIC_TOTAL_TIMEOUT_SECONDS: &str = "harness_semantic_total_timeout_seconds";
+
+/// Every `reason` of `harness_shed_total`.
+pub const SHED_REASONS: [&str; 1] = ["overloaded"];
+/// Every `reason` of `harness_model_gate_refused_total` (see `model::gate::Refused`).
+pub const GATE_REFUSALS: [&str; 3] = ["deadline", "cooldown", "circuit_open"];
 
 /// Every `reason` of `harness_bad_records_total` (the agent's data, not Redis failures).
 pub const BAD_RECORD_REASONS: [&str; 6] = [
@@ -151,7 +165,67 @@ pub fn describe_metrics() {
     for reason in BAD_RECORD_REASONS {
         counter!(BAD_RECORDS_TOTAL, "reason" => reason).absolute(0);
     }
+    describe_overload();
     gauge!(RUNS_IN_FLIGHT).set(0.0);
+}
+
+/// The capacity and overload metrics (admission, the model gate), at zero.
+fn describe_overload() {
+    describe_counter!(
+        SHED_TOTAL,
+        Unit::Count,
+        "Releases refused at the door (503 overloaded, nothing done), by reason."
+    );
+    describe_gauge!(
+        ADMISSION_LIMIT,
+        Unit::Count,
+        "server.max_in_flight: releases this replica admits at once."
+    );
+    describe_gauge!(
+        SEMANTIC_TOTAL_TIMEOUT_SECONDS,
+        Unit::Seconds,
+        "semantic_guard.total_timeout_ms, for alerts on the model queue wait."
+    );
+    describe_gauge!(
+        MODEL_CALLS_IN_FLIGHT,
+        Unit::Count,
+        "Model requests open on this replica (at most model.max_concurrent_calls)."
+    );
+    describe_histogram!(
+        MODEL_QUEUE_WAIT_SECONDS,
+        Unit::Seconds,
+        "Time a model attempt waited for a slot (and for a server's cooldown) before it was sent or refused."
+    );
+    describe_gauge!(
+        MODEL_COOLDOWN_SECONDS,
+        Unit::Seconds,
+        "Seconds left of the cooldown a model server's Retry-After imposed (0 = none)."
+    );
+    describe_counter!(
+        MODEL_GATE_REFUSED_TOTAL,
+        Unit::Count,
+        "Model attempts the gate did not send, by reason (deadline, cooldown, circuit_open)."
+    );
+    describe_gauge!(
+        MODEL_CIRCUIT_OPEN,
+        Unit::Count,
+        "1 while the model circuit is open after repeated connection failures, else 0."
+    );
+    describe_counter!(
+        MODEL_CIRCUIT_OPENED_TOTAL,
+        Unit::Count,
+        "Times the model circuit opened."
+    );
+    for reason in SHED_REASONS {
+        counter!(SHED_TOTAL, "reason" => reason).absolute(0);
+    }
+    for reason in GATE_REFUSALS {
+        counter!(MODEL_GATE_REFUSED_TOTAL, "reason" => reason).absolute(0);
+    }
+    counter!(MODEL_CIRCUIT_OPENED_TOTAL).absolute(0);
+    gauge!(MODEL_CALLS_IN_FLIGHT).set(0.0);
+    gauge!(MODEL_COOLDOWN_SECONDS).set(0.0);
+    gauge!(MODEL_CIRCUIT_OPEN).set(0.0);
 }
 
 /// Histogram buckets that include the configured timeouts, so a timeout shows as its own bucket.
@@ -194,11 +268,17 @@ pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, BuildError> 
             b.set_buckets_for_metric(Matcher::Full(MODEL_CALL_DURATION_SECONDS.into()), &latency)
         })
         .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(MODEL_QUEUE_WAIT_SECONDS.into()), &latency)
+        })
+        .and_then(|b| {
             b.set_buckets_for_metric(Matcher::Full(OVERHEAD_SECONDS.into()), &OVERHEAD_BUCKETS)
         })?;
     let handle = builder.install_recorder()?;
     *installed = Some(handle.clone());
     describe_metrics();
+    gauge!(ADMISSION_LIMIT).set(config.server.max_in_flight as f64);
+    gauge!(SEMANTIC_TOTAL_TIMEOUT_SECONDS)
+        .set(config.semantic_guard.total_timeout_ms as f64 / 1000.0);
     let _ = RELEASE_METRICS.set(ReleaseMetrics::register());
     Ok(handle)
 }
@@ -225,6 +305,8 @@ struct ReleaseMetrics {
     /// By role, then [`TOKEN_KINDS`].
     tokens: Vec<Vec<Counter>>,
     in_flight: Gauge,
+    model_in_flight: Gauge,
+    queue_wait: Histogram,
 }
 
 /// The position of a `harness_releases_total` label set: SUCCESS and CANCELLED have no
@@ -293,6 +375,8 @@ impl ReleaseMetrics {
                 .map(|role| TOKEN_KINDS.map(|kind| tokens_counter(role, kind)).to_vec())
                 .to_vec(),
             in_flight: gauge!(RUNS_IN_FLIGHT),
+            model_in_flight: gauge!(MODEL_CALLS_IN_FLIGHT),
+            queue_wait: histogram!(MODEL_QUEUE_WAIT_SECONDS),
         }
     }
 
@@ -419,6 +503,49 @@ pub fn bad_record(reason: &'static str) {
     counter!(BAD_RECORDS_TOTAL, "reason" => reason).increment(1);
 }
 
+/// A release refused at the door (`503 overloaded`).
+pub fn shed(reason: &'static str) {
+    counter!(SHED_TOTAL, "reason" => reason).increment(1);
+}
+
+/// A model attempt got a slot (and is about to be sent) / gave it back.
+pub fn model_call_opened() {
+    match RELEASE_METRICS.get() {
+        Some(m) => m.model_in_flight.increment(1.0),
+        None => gauge!(MODEL_CALLS_IN_FLIGHT).increment(1.0),
+    }
+}
+
+pub fn model_call_closed() {
+    match RELEASE_METRICS.get() {
+        Some(m) => m.model_in_flight.decrement(1.0),
+        None => gauge!(MODEL_CALLS_IN_FLIGHT).decrement(1.0),
+    }
+}
+
+pub fn model_queue_wait(waited: Duration) {
+    match RELEASE_METRICS.get() {
+        Some(m) => m.queue_wait.record(waited.as_secs_f64()),
+        None => histogram!(MODEL_QUEUE_WAIT_SECONDS).record(waited.as_secs_f64()),
+    }
+}
+
+pub fn model_gate_refused(reason: &'static str) {
+    counter!(MODEL_GATE_REFUSED_TOTAL, "reason" => reason).increment(1);
+}
+
+pub fn model_cooldown(remaining: Duration) {
+    gauge!(MODEL_COOLDOWN_SECONDS).set(remaining.as_secs_f64());
+}
+
+/// The model circuit opened (true) or closed again (false).
+pub fn model_circuit(open: bool) {
+    if open {
+        counter!(MODEL_CIRCUIT_OPENED_TOTAL).increment(1);
+    }
+    gauge!(MODEL_CIRCUIT_OPEN).set(if open { 1.0 } else { 0.0 });
+}
+
 pub fn ready(is_ready: bool) {
     gauge!(READY).set(if is_ready { 1.0 } else { 0.0 });
 }
@@ -480,6 +607,10 @@ mod tests {
             "harness_cancellations_total{source=\"pubsub\"} 0",
             "harness_store_errors_total{op=\"load_records\"} 0",
             "harness_runs_in_flight 0",
+            "harness_shed_total{reason=\"overloaded\"} 0",
+            "harness_model_calls_in_flight 0",
+            "harness_model_cooldown_seconds 0",
+            "harness_model_gate_refused_total{reason=\"circuit_open\"} 0",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

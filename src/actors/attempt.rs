@@ -1,11 +1,14 @@
 //! One model attempt under the run's guards, shared by the Repair and SemanticGuard
 //! actors: the cancel marker is checked, the per-call input limit and the run budget must
-//! allow it, the call is bounded by a timeout, and the attempt is reported to the
-//! supervisor (audit and metrics) whatever its end.
+//! allow it, the replica's model gate lets it through (a slot, no cooldown, a closed
+//! circuit) before the role's deadline, the call is bounded by a timeout that starts when
+//! it is sent, and the attempt is reported to the supervisor (audit and metrics) whatever
+//! its end.
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::{
@@ -13,14 +16,18 @@ use actix::{
     SpawnHandle, WrapFuture,
 };
 
-use super::budget::{BudgetActor, Reserve, Settle, Usage};
+use tokio::time::Instant;
+
+use super::budget::{BudgetActor, Refund, Reserve, Settle, Usage};
+use super::registry::CheckMarker;
 use super::supervisor::{AttemptRecorded, AttemptStarted};
 use crate::config::StructuredOutput;
 use crate::domain::audit::{millis, AttemptOutcome, CancelSource, ModelAttempt, ModelRole};
 use crate::domain::budget::{estimate_tokens, Cost};
+use crate::model::gate::{Refused, Sent};
 use crate::model::verdict::{read_completion, usage, AnswerError};
-use crate::model::{ModelClient, PreparedRequest};
-use crate::store::{Store, StoreError};
+use crate::model::{ModelClient, ModelGate, PreparedRequest};
+use crate::store::StoreError;
 
 /// An actor that owns at most one pending model call (Repair, SemanticGuard).
 pub trait OwnsPendingCall: Actor<Context = Context<Self>> {
@@ -119,7 +126,11 @@ pub struct AttemptContext {
     pub role: ModelRole,
     pub run_id: String,
     pub client: ModelClient,
-    pub store: Store,
+    /// The replica's model gate, shared by every run.
+    pub gate: Arc<ModelGate>,
+    /// The worker's registry, which reads the cancel markers asked for together in one
+    /// pipeline.
+    pub markers: Recipient<CheckMarker>,
     pub budget: Addr<BudgetActor>,
     pub started: Recipient<AttemptStarted>,
     pub recorded: Recipient<AttemptRecorded>,
@@ -141,7 +152,11 @@ pub struct ModelJob<S> {
 pub struct AttemptLimits {
     pub max_input_bytes: u64,
     pub max_output_bytes: u64,
+    /// The attempt's own timeout, from the moment its request is sent.
     pub timeout: Duration,
+    /// The role's total deadline: a wait for the gate spends it, and the attempt's timeout
+    /// never runs past it.
+    pub deadline: Instant,
 }
 
 /// How one attempt ended.
@@ -151,6 +166,10 @@ pub enum AttemptResult<T> {
     Answer(T),
     /// A technical failure: timeout, transport, parse or schema.
     Failed(AttemptOutcome),
+    /// The gate sent nothing (the deadline passed in its queue, a cooldown past the
+    /// deadline, an open circuit): a technical failure no later attempt of the role can
+    /// get past before its deadline, except an open circuit's probe.
+    NotSent(Refused),
     /// A limit or the run budget forbade sending.
     Denied,
     Cancelled(CancelSource),
@@ -169,10 +188,16 @@ pub async fn attempt<T>(
     parse: impl Fn(&str) -> Result<T, AnswerError>,
 ) -> AttemptResult<T> {
     if check_marker {
-        match ctx.store.is_cancelled(&ctx.run_id).await {
-            Ok(true) => return AttemptResult::Cancelled(CancelSource::Marker),
-            Ok(false) => {}
-            Err(e) => return AttemptResult::Store(e),
+        match ctx.markers.send(CheckMarker(ctx.run_id.clone())).await {
+            Ok(Ok(true)) => return AttemptResult::Cancelled(CancelSource::Marker),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => return AttemptResult::Store(e),
+            Err(_) => {
+                return AttemptResult::Store(StoreError::unavailable(
+                    "cancel_marker",
+                    "the registry is gone".into(),
+                ))
+            }
         }
     }
     let request_bytes = request.len_bytes();
@@ -186,6 +211,7 @@ pub async fn attempt<T>(
         completion_tokens: None,
         request_bytes,
         response_bytes: 0,
+        queued_ms: 0.0,
     };
     if request_bytes > limits.max_input_bytes {
         let usage = ctx.budget.send(Usage).await.unwrap_or_default();
@@ -220,19 +246,57 @@ pub async fn attempt<T>(
         attempt: number,
         request_bytes,
     });
+    // In line for a slot (a cancel drops this future, which leaves the line at once).
+    let queued = Instant::now();
+    let slot = match ctx.gate.enter(limits.deadline).await {
+        Ok(slot) => slot,
+        Err(refused) => {
+            let budget = ctx
+                .budget
+                .send(Refund(reservation))
+                .await
+                .unwrap_or_default();
+            let outcome = match refused {
+                Refused::Deadline { .. } => AttemptOutcome::Timeout,
+                Refused::Cooldown { .. } | Refused::CircuitOpen => AttemptOutcome::Transport,
+            };
+            ctx.recorded.do_send(AttemptRecorded {
+                attempt: ModelAttempt {
+                    role: ctx.role,
+                    attempt: number,
+                    outcome,
+                    detail: Some(refused.detail()),
+                    latency_ms: 0.0,
+                    prompt_tokens: None,
+                    completion_tokens: None,
+                    request_bytes,
+                    response_bytes: 0,
+                    queued_ms: millis(queued.elapsed()),
+                },
+                budget,
+            });
+            return AttemptResult::NotSent(refused);
+        }
+    };
+    let queued = queued.elapsed();
     let began = Instant::now();
-    let sent = tokio::time::timeout(limits.timeout, ctx.client.send(request)).await;
+    let timeout = limits
+        .timeout
+        .min(limits.deadline.saturating_duration_since(began));
+    let sent = tokio::time::timeout(timeout, ctx.client.send(request)).await;
     let latency = began.elapsed();
+    slot.finished(match &sent {
+        Err(_) => Sent::TimedOut,
+        Ok(Err(failure)) => failure.signal,
+        Ok(Ok(_)) => Sent::Answered,
+    });
 
     let mut tokens = (None, None);
     let mut response_bytes = 0;
     let (outcome, detail, answer) = match sent {
         Err(_) => (
             AttemptOutcome::Timeout,
-            Some(format!(
-                "no answer within {} ms",
-                limits.timeout.as_millis()
-            )),
+            Some(format!("no answer within {} ms", timeout.as_millis())),
             None,
         ),
         Ok(Err(failure)) => (failure.class, Some(failure.detail), None),
@@ -276,6 +340,7 @@ pub async fn attempt<T>(
             completion_tokens: tokens.1,
             request_bytes,
             response_bytes,
+            queued_ms: millis(queued),
         },
         budget,
     });

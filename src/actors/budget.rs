@@ -43,6 +43,20 @@ pub struct Settle {
     pub actual: Option<Cost>,
 }
 
+/// Sent when a reserved call was not sent after all (the model gate refused it): the
+/// reservation is given back whole. Answers the run's budget use so far.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "BudgetUse")]
+pub struct Refund(pub Reservation);
+
+impl Handler<Refund> for BudgetActor {
+    type Result = actix::MessageResult<Refund>;
+    fn handle(&mut self, msg: Refund, _: &mut Self::Context) -> Self::Result {
+        self.budget.refund(msg.0);
+        actix::MessageResult(self.budget.usage())
+    }
+}
+
 /// The run's budget use so far.
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "BudgetUse")]

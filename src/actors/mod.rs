@@ -6,6 +6,7 @@
 //!
 //! Messages are small named types next to the actor that handles them.
 
+pub mod admission;
 mod attempt;
 pub mod budget;
 pub mod cancel_listener;
@@ -19,6 +20,7 @@ pub mod supervisor;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+pub use admission::{Admission, Admitted};
 pub use cancel_listener::CancelListener;
 pub use registry::{CancelRun, Drain, InFlight, RunRegistry, StartRelease};
 pub use shards::Shards;
@@ -27,7 +29,7 @@ use crate::config::Config;
 use crate::domain::audit::CancelSource;
 use crate::domain::release::ReleaseResult;
 pub use crate::domain::request::ReleaseRequest;
-use crate::model::{ClientError, ModelClient};
+use crate::model::{ClientError, ModelClient, ModelGate};
 use crate::store::{Store, StoreError};
 
 /// What every run shares: configuration, the store, the model client (None when
@@ -37,6 +39,11 @@ pub struct Harness {
     pub config: Arc<Config>,
     pub store: Store,
     pub model: Option<ModelClient>,
+    /// The replica's one model gate (`model.max_concurrent_calls`, cooldown, circuit),
+    /// shared by every worker.
+    pub gate: Arc<ModelGate>,
+    /// The replica's admission count (`server.max_in_flight`), shared by every worker.
+    pub admission: Admission,
     pub replica: Arc<str>,
 }
 
@@ -58,6 +65,8 @@ impl Harness {
         };
         Ok(Harness {
             replica: replica_name(&config).into(),
+            gate: ModelGate::new(config.model.max_concurrent_calls, config.breaker()),
+            admission: Admission::new(config.server.max_in_flight),
             config: Arc::new(config),
             store,
             model,
@@ -75,6 +84,8 @@ impl Harness {
             config: self.config.clone(),
             store: self.store.for_worker(&self.config.redis)?,
             model,
+            gate: self.gate.clone(),
+            admission: self.admission.clone(),
             replica: self.replica.clone(),
         })
     }
@@ -116,6 +127,9 @@ pub enum ReleaseError {
     StoredResultUnreadable(String),
     #[error("the service is shutting down")]
     ShuttingDown,
+    /// The replica has `server.max_in_flight` releases in flight: nothing was done.
+    #[error("this replica is at its limit of releases in flight")]
+    Overloaded { retry_after: std::time::Duration },
     #[error("internal error: {0}")]
     Internal(String),
 }

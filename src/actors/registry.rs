@@ -16,6 +16,7 @@ use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, MessageResult,
     ResponseFuture, WrapFuture,
 };
+use tokio::sync::oneshot;
 
 use super::supervisor::{Cancel, LockLost, RunSupervisor};
 use super::{Harness, ReleaseError, ReleaseRequest, Released};
@@ -32,6 +33,8 @@ struct InFlightRun {
     /// The lock is held (the begin script took it): its lease is renewed from now on.
     held: bool,
     renewed_at: Instant,
+    /// Its place under `server.max_in_flight`, freed when the run is forgotten.
+    _admitted: super::Admitted,
 }
 
 pub struct RunRegistry {
@@ -42,6 +45,11 @@ pub struct RunRegistry {
     draining: bool,
     /// A watch command is out; the next tick waits for it.
     watching: bool,
+    /// Marker checks asked for ([`CheckMarker`]) and not yet sent: they go together in the
+    /// next pipeline, so checks that fall due at once cost Redis one round trip.
+    marker_checks: Vec<(String, oneshot::Sender<Result<bool, StoreError>>)>,
+    /// A pipeline of marker checks is out; those asked meanwhile wait for it.
+    checking_markers: bool,
 }
 
 impl RunRegistry {
@@ -52,7 +60,38 @@ impl RunRegistry {
             next_id: 0,
             draining: false,
             watching: false,
+            marker_checks: Vec::new(),
+            checking_markers: false,
         }
+    }
+
+    /// Sends every marker check asked for so far in one pipeline, unless one is out (then
+    /// they go when it answers).
+    fn check_markers(&mut self, ctx: &mut Context<Self>) {
+        if self.checking_markers || self.marker_checks.is_empty() {
+            return;
+        }
+        let asked = std::mem::take(&mut self.marker_checks);
+        self.checking_markers = true;
+        let runs: Vec<String> = asked.iter().map(|(run, _)| run.clone()).collect();
+        let store = self.harness.store.clone();
+        let work = async move { store.cancel_markers(&runs).await };
+        ctx.spawn(work.into_actor(self).map(move |found, registry, ctx| {
+            registry.checking_markers = false;
+            match found {
+                Ok(found) => {
+                    for ((_, reply), cancelled) in asked.into_iter().zip(found) {
+                        let _ = reply.send(Ok(cancelled));
+                    }
+                }
+                Err(e) => {
+                    for (_, reply) in asked {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            }
+            registry.check_markers(ctx);
+        }));
     }
 
     /// One watch of every run in flight: markers, and the renewals that are due.
@@ -186,6 +225,13 @@ impl Handler<StartRelease> for RunRegistry {
                 retry_after: Duration::from_secs(1),
             }));
         }
+        let Some(admitted) = self.harness.admission.try_admit() else {
+            return Starting::Answer(Err(ReleaseError::Overloaded {
+                retry_after: Duration::from_secs(
+                    self.harness.config.server.overloaded_retry_after_s,
+                ),
+            }));
+        };
         self.next_id += 1;
         let id = self.next_id;
         let token = new_lock_token(&self.harness.replica);
@@ -200,6 +246,7 @@ impl Handler<StartRelease> for RunRegistry {
                 token: token.clone(),
                 held: false,
                 renewed_at: Instant::now(),
+                _admitted: admitted,
             },
         );
         let supervisor = RunSupervisor::new(id, msg.0, token, self.harness.clone(), ctx.address());
@@ -275,6 +322,30 @@ impl Handler<RunEnded> for RunRegistry {
             self.runs.remove(&msg.run_id);
             telemetry::run_ended();
         }
+    }
+}
+
+/// Sent by a model-calling child before an attempt that does not follow the begin script's
+/// read at once: is the run's cancel marker set? Checks asked for together share one
+/// pipelined round trip (several when one is already out: each waits for the next).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<bool, StoreError>")]
+pub struct CheckMarker(pub String);
+
+impl Handler<CheckMarker> for RunRegistry {
+    type Result = ResponseFuture<Result<bool, StoreError>>;
+    fn handle(&mut self, msg: CheckMarker, ctx: &mut Self::Context) -> Self::Result {
+        let (reply, answer) = oneshot::channel();
+        self.marker_checks.push((msg.0, reply));
+        self.check_markers(ctx);
+        Box::pin(async move {
+            answer.await.unwrap_or_else(|_| {
+                Err(StoreError::unavailable(
+                    "cancel_marker",
+                    "the registry stopped before the marker was read".into(),
+                ))
+            })
+        })
     }
 }
 

@@ -92,16 +92,23 @@ async fn repair(
             return StepOutcome::Done(Err(RepairFailure(format!("cannot build the request: {e}"))))
         }
     };
+    // The one repair call's timeout is also its deadline: a wait for a model slot spends it.
+    let timeout = Duration::from_millis(settings.timeout_ms);
     let limits = AttemptLimits {
         max_input_bytes: settings.max_input_bytes,
         max_output_bytes: bounds.max_bytes,
-        timeout: Duration::from_millis(settings.timeout_ms),
+        timeout,
+        deadline: tokio::time::Instant::now() + timeout,
     };
     match attempt(context, 1, true, request, limits, parse_repaired_draft).await {
         AttemptResult::Answer(draft) => StepOutcome::Done(Ok(draft)),
         AttemptResult::Failed(class) => StepOutcome::Done(Err(RepairFailure(format!(
             "the repair call failed ({})",
             class.as_str()
+        )))),
+        AttemptResult::NotSent(refused) => StepOutcome::Done(Err(RepairFailure(format!(
+            "the repair call was not sent ({})",
+            refused.reason()
         )))),
         AttemptResult::Denied => StepOutcome::Done(Err(RepairFailure(
             "a limit or the run budget denied the repair call".into(),

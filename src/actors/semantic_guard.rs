@@ -85,7 +85,8 @@ async fn judge(job: Rc<ModelJob<SemanticGuardConfig>>, msg: Judge) -> StepOutcom
         let limits = AttemptLimits {
             max_input_bytes: settings.max_input_bytes,
             max_output_bytes: settings.max_output_bytes,
-            timeout: attempt_timeout.min(remaining),
+            timeout: attempt_timeout,
+            deadline,
         };
         // A request that cannot be written leaves the guard unavailable.
         let Ok(request) = semantic_request(
@@ -122,6 +123,10 @@ async fn judge(job: Rc<ModelJob<SemanticGuardConfig>>, msg: Judge) -> StepOutcom
             // again, so the guard is unavailable at once.
             AttemptResult::Failed(AttemptOutcome::Rejected) => break,
             AttemptResult::Failed(_) => continue,
+            // The gate sent nothing: the deadline is spent, or the server asked for a pause
+            // past it, or the circuit is open; a later attempt before the deadline would be
+            // refused the same way, so the guard is unavailable at once.
+            AttemptResult::NotSent(_) => break,
             AttemptResult::Denied => return StepOutcome::Done(Judgement::Unavailable),
             AttemptResult::Cancelled(source) => return StepOutcome::Cancelled(source),
             AttemptResult::Store(e) => return StepOutcome::Store(e),

@@ -109,6 +109,15 @@ pub struct ModelAttempt {
     pub completion_tokens: Option<u64>,
     pub request_bytes: u64,
     pub response_bytes: u64,
+    /// Milliseconds the attempt waited for a model slot (or for a server's cooldown) before
+    /// it was sent or refused: time spent waiting on the model, beside `latency_ms`, whose
+    /// clock starts when the request is sent. Left out when zero.
+    #[serde(skip_serializing_if = "is_zero_ms")]
+    pub queued_ms: f64,
+}
+
+fn is_zero_ms(ms: &f64) -> bool {
+    *ms == 0.0
 }
 
 /// Whether the one repair ran and why its candidate was accepted or rejected.
@@ -413,7 +422,10 @@ impl Audit {
 
     /// Time spent waiting on the model, summed over attempts.
     pub fn model_wait_ms(&self) -> f64 {
-        self.model_attempts.iter().map(|a| a.latency_ms).sum()
+        self.model_attempts
+            .iter()
+            .map(|a| a.latency_ms + a.queued_ms)
+            .sum()
     }
 }
 

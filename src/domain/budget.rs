@@ -98,6 +98,14 @@ impl Budget {
         }
     }
 
+    /// Gives a reservation back whole: the call was never sent (the model gate refused it),
+    /// so it spent neither a call nor its estimate.
+    pub fn refund(&mut self, reservation: Reservation) {
+        self.calls = self.calls.saturating_sub(1);
+        self.used.tokens = self.used.tokens.saturating_sub(reservation.estimate.tokens);
+        self.used.bytes = self.used.bytes.saturating_sub(reservation.estimate.bytes);
+    }
+
     pub fn usage(&self) -> BudgetUse {
         BudgetUse {
             model_calls: self.calls,
@@ -120,6 +128,27 @@ mod tests {
             max_tokens: 1000,
             max_bytes: 10_000,
         }
+    }
+
+    #[test]
+    fn a_refunded_reservation_costs_nothing() {
+        let mut budget = Budget::new(limits());
+        let kept = budget
+            .reserve(Cost {
+                tokens: 10,
+                bytes: 100,
+            })
+            .unwrap();
+        let unsent = budget
+            .reserve(Cost {
+                tokens: 500,
+                bytes: 5000,
+            })
+            .unwrap();
+        budget.refund(unsent);
+        budget.settle(kept, None);
+        let usage = budget.usage();
+        assert_eq!((usage.model_calls, usage.tokens, usage.bytes), (1, 10, 100));
     }
 
     #[test]

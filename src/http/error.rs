@@ -36,6 +36,8 @@ pub enum ApiError {
     StoreOutcomeUnknown(#[source] StoreError),
     #[error("the service is shutting down")]
     ShuttingDown,
+    #[error("this replica has as many releases in flight as it admits (server.max_in_flight); nothing was done: retry after {retry_after_secs} s, on any replica")]
+    Overloaded { retry_after_secs: u64 },
     #[error("internal error")]
     Internal(String),
 }
@@ -55,6 +57,7 @@ impl ApiError {
             ApiError::StoreUnavailable(_) => "store_unavailable",
             ApiError::StoreOutcomeUnknown(_) => "store_outcome_unknown",
             ApiError::ShuttingDown => "shutting_down",
+            ApiError::Overloaded { .. } => "overloaded",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -68,7 +71,8 @@ impl ApiError {
             | ApiError::Conflict { .. }
             | ApiError::PayloadTooLarge { .. }
             | ApiError::RequestTimeout
-            | ApiError::ShuttingDown => {
+            | ApiError::ShuttingDown
+            | ApiError::Overloaded { .. } => {
                 tracing::debug!(code = self.code(), "request refused: {self}")
             }
             ApiError::StoreUnavailable(e) | ApiError::StoreOutcomeUnknown(e) => {
@@ -95,6 +99,9 @@ impl From<ReleaseError> for ApiError {
             ReleaseError::LockLost => ApiError::LockLost,
             ReleaseError::Store(e) => e.into(),
             ReleaseError::ShuttingDown => ApiError::ShuttingDown,
+            ReleaseError::Overloaded { retry_after } => ApiError::Overloaded {
+                retry_after_secs: retry_after.as_secs().max(1),
+            },
             ReleaseError::StoredResultUnreadable(detail) | ReleaseError::Internal(detail) => {
                 ApiError::Internal(detail)
             }
@@ -124,7 +131,8 @@ impl ResponseError for ApiError {
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::StoreUnavailable(_)
             | ApiError::StoreOutcomeUnknown(_)
-            | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::ShuttingDown
+            | ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -143,6 +151,9 @@ impl ResponseError for ApiError {
             }
             ApiError::LockLost => {
                 response.insert_header(("Retry-After", "1"));
+            }
+            ApiError::Overloaded { retry_after_secs } => {
+                response.insert_header(("Retry-After", retry_after_secs.to_string()));
             }
             _ => {}
         }

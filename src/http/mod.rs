@@ -25,8 +25,9 @@ use metrics_exporter_prometheus::PrometheusHandle;
 pub use error::ApiError;
 
 use crate::actors::cancel_listener::StopListening;
-use crate::actors::{CancelListener, Harness, RunRegistry, Shards};
+use crate::actors::{Admission, CancelListener, Harness, RunRegistry, Shards};
 use crate::config::Config;
+use crate::model::ModelGate;
 use crate::store::{RedisStore, Store, StoreError};
 use crate::telemetry;
 
@@ -39,6 +40,10 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     /// Set when shutdown begins: `/readyz` answers 503 and new releases are refused.
     pub draining: Arc<AtomicBool>,
+    /// The replica's admission count: a full replica answers `503 overloaded` at the door.
+    pub admission: Admission,
+    /// The replica's model gate, whose cooldown gauge is brought up to date per scrape.
+    pub gate: Arc<ModelGate>,
 }
 
 /// What readiness asks of Redis (`/readyz` and the readiness gauge): it answers on the
@@ -168,8 +173,11 @@ impl Application {
             config: config.clone(),
             metrics: Some(metrics.clone()),
             draining: draining.clone(),
+            admission: harness.admission.clone(),
+            gate: harness.gate.clone(),
         });
         let worker_shards = shards.clone();
+        let ready_gate = harness.gate.clone();
         let server = HttpServer::new(move || {
             // Called once on each worker's thread: the worker's own registry shard, with
             // Redis connections and a model client of its own.
@@ -246,6 +254,7 @@ impl Application {
                 let ready = !draining.load(Ordering::SeqCst)
                     && redis_answers(&store, &ready_shards).await.is_ok();
                 telemetry::ready(ready);
+                ready_gate.publish();
                 // The exporter drains histogram samples only on upkeep (or a scrape).
                 metrics.run_upkeep();
                 tokio::time::sleep(Duration::from_secs(5)).await;

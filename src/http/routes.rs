@@ -14,7 +14,7 @@ use serde_json::json;
 use super::auth::authorize;
 use super::error::ApiError;
 use super::{AppState, WorkerRegistry};
-use crate::actors::StartRelease;
+use crate::actors::{ReleaseError, StartRelease};
 use crate::domain::audit::CancelSource;
 use crate::domain::request::{parse_release, validate_run_id, RequestError};
 use crate::telemetry;
@@ -101,7 +101,7 @@ fn json_body(text: String) -> HttpResponse {
         (status = 408, description = "The body did not arrive in time", body = super::openapi::ErrorDoc),
         (status = 409, description = "`release_in_flight`: a release of this run holds its lock on some replica (the message names it); `lock_lost`: this release lost its lease before it could store. Both carry Retry-After (whole seconds, at least 1)", body = super::openapi::ErrorDoc),
         (status = 413, description = "Body over server.max_body_bytes", body = super::openapi::ErrorDoc),
-        (status = 503, description = "`store_unavailable`: Redis unavailable, nothing released or stored; `store_outcome_unknown`: the commit was sent and may have run; `shutting_down`. A retry is safe and answers the stored result if there is one", body = super::openapi::ErrorDoc),
+        (status = 503, description = "`store_unavailable`: Redis unavailable, nothing released or stored; `store_outcome_unknown`: the commit was sent and may have run; `shutting_down`; `overloaded`: the replica has server.max_in_flight releases in flight, nothing was done (with Retry-After, whole seconds, at least 1). A retry is safe and answers the stored result if there is one", body = super::openapi::ErrorDoc),
     ),
     security(("bearer" = []))
 )]
@@ -116,6 +116,10 @@ pub async fn release(
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::ShuttingDown);
     }
+    // A full replica decides at the door, without reading the body.
+    if state.admission.is_full() {
+        return replay_or_shed(&state, &run_id).await;
+    }
     // The body's bytes are let go once parsed: a release waiting on the model holds only
     // what the run needs, not the request it came in.
     let release_request = {
@@ -129,11 +133,16 @@ pub async fn release(
         parse_release(&run_id, &body)?
     };
     tracing::info!(run_id = %run_id, stop_reason = ?release_request.stop_reason, "release requested");
-    let released = registry
-        .0
-        .send(StartRelease(release_request))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))??;
+    let released = match registry.0.send(StartRelease(release_request)).await {
+        Ok(Ok(released)) => released,
+        Ok(Err(e @ ReleaseError::Overloaded { .. })) => {
+            // Full since the door's check: still nothing was done.
+            telemetry::shed("overloaded");
+            return Err(e.into());
+        }
+        Ok(Err(e)) => return Err(e.into()),
+        Err(e) => return Err(ApiError::Internal(e.to_string())),
+    };
     tracing::info!(
         run_id = %run_id,
         outcome = released.result.outcome.as_str(),
@@ -142,6 +151,21 @@ pub async fn release(
         "release answered"
     );
     Ok(json_body(released.json))
+}
+
+/// A release arriving at a full replica: the run's stored result if it has one (one Redis
+/// read; a release of it would only answer that), else `503 overloaded` with `Retry-After`.
+/// Nothing else is done: no lock, script or model call. A read that fails is a shed too,
+/// never a store error answer: the replica is full either way.
+async fn replay_or_shed(state: &AppState, run_id: &str) -> Result<HttpResponse, ApiError> {
+    if let Ok(Some(json)) = state.store.get_result(run_id).await {
+        tracing::info!(run_id = %run_id, "release answered from the store while full");
+        return Ok(json_body(json));
+    }
+    telemetry::shed("overloaded");
+    Err(ApiError::Overloaded {
+        retry_after_secs: state.config.server.overloaded_retry_after_s.max(1),
+    })
 }
 
 /// `GET /v1/runs/{run_id}/release`: the stored result, or 404.
@@ -257,6 +281,7 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
 /// `GET /metrics`: Prometheus text format.
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    state.gate.publish();
     let text = state
         .metrics
         .as_ref()

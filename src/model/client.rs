@@ -22,6 +22,7 @@ use async_openai::Client;
 use serde_json::Value;
 
 use super::envelope::Envelope;
+use super::gate::{parse_retry_after, Sent};
 use super::prompts::{PreparedRequest, RequestBody};
 use crate::config::ModelConfig;
 use crate::domain::audit::AttemptOutcome;
@@ -34,6 +35,9 @@ use crate::domain::audit::AttemptOutcome;
 pub struct SendFailure {
     pub class: AttemptOutcome,
     pub detail: String,
+    /// What the model gate learns from it ([`super::gate`]): the server's pause, or that no
+    /// HTTP answer came at all.
+    pub signal: Sent,
 }
 
 #[derive(Clone)]
@@ -172,6 +176,7 @@ impl tower::Service<HttpRequestFactory> for StatusService {
             if status.is_success() {
                 return Ok(response);
             }
+            let retry_after = come_back_in(&response);
             // Read at most ERROR_BODY_BYTES of the error body: a hostile or broken server
             // cannot make the harness buffer more than that.
             let mut body = Vec::new();
@@ -185,6 +190,7 @@ impl tower::Service<HttpRequestFactory> for StatusService {
             Err(OpenAIError::Boxed(Box::new(HttpStatusError {
                 status: status.as_u16(),
                 body: String::from_utf8_lossy(&body).into_owned(),
+                retry_after,
             })))
         })
     }
@@ -202,6 +208,19 @@ pub struct HttpStatusError {
     pub status: u16,
     /// The start of the body (at most [`ERROR_BODY_BYTES`]).
     pub body: String,
+    /// A `429`/`503`'s `Retry-After`, as a duration from now.
+    pub retry_after: Option<Duration>,
+}
+
+/// The `Retry-After` of a `429` or `503` answer (seconds or an HTTP date); other statuses'
+/// are not a request to pause. async-openai does not show response headers, so they are
+/// read here, under it.
+fn come_back_in(response: &reqwest::Response) -> Option<Duration> {
+    if !matches!(response.status().as_u16(), 429 | 503) {
+        return None;
+    }
+    let value = response.headers().get(reqwest::header::RETRY_AFTER)?;
+    parse_retry_after(value.to_str().ok()?, std::time::SystemTime::now())
 }
 
 /// Words by which a server says that the request itself is invalid. llama-cpp-python
@@ -278,6 +297,19 @@ pub fn error_excerpt(body: &str) -> String {
 }
 
 fn classify(error: OpenAIError) -> SendFailure {
+    let signal = match &error {
+        OpenAIError::Boxed(inner) => match inner.downcast_ref::<HttpStatusError>() {
+            Some(HttpStatusError {
+                retry_after: Some(after),
+                ..
+            }) => Sent::ComeBackIn(*after),
+            Some(_) => Sent::Answered,
+            None => Sent::ConnectionFailed,
+        },
+        OpenAIError::ApiError(_) | OpenAIError::JSONDeserialize(_, _) => Sent::Answered,
+        OpenAIError::Reqwest(e) if e.is_timeout() => Sent::TimedOut,
+        _ => Sent::ConnectionFailed,
+    };
     let (class, detail) = match &error {
         OpenAIError::Boxed(inner) => match inner.downcast_ref::<HttpStatusError>() {
             Some(http) => {
@@ -335,7 +367,11 @@ fn classify(error: OpenAIError) -> SendFailure {
             "the request could not be completed".to_string(),
         ),
     };
-    SendFailure { class, detail }
+    SendFailure {
+        class,
+        detail,
+        signal,
+    }
 }
 
 #[cfg(test)]

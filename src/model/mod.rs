@@ -6,8 +6,10 @@
 pub mod body;
 pub mod client;
 pub mod envelope;
+pub mod gate;
 pub mod prompts;
 pub mod verdict;
 
 pub use client::{ClientError, ModelClient, SendFailure};
+pub use gate::ModelGate;
 pub use prompts::PreparedRequest;

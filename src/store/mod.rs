@@ -368,6 +368,15 @@ impl Store {
         }
     }
 
+    /// Whether each run's cancel marker is set, in one pipelined round trip (one per slot on
+    /// a cluster, sent at once).
+    pub async fn cancel_markers(&self, runs: &[String]) -> Result<Vec<bool>, StoreError> {
+        match self {
+            Store::Memory(s) => Ok(runs.iter().map(|run| s.is_cancelled(run)).collect()),
+            Store::Redis(s) => s.cancel_markers(runs).await,
+        }
+    }
+
     /// Sets the durable cancel marker and publishes the run id on `P:cancel`.
     pub async fn cancel(&self, run: &str) -> Result<(), StoreError> {
         match self {

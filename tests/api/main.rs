@@ -14,6 +14,7 @@ mod faults;
 mod helpers;
 mod hostile;
 mod operations;
+mod overload;
 mod redis_outage;
 mod round_trips;
 mod routes;

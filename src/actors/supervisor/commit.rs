@@ -32,6 +32,7 @@ impl RunSupervisor {
                 completion_tokens: None,
                 request_bytes: started.request_bytes,
                 response_bytes: 0,
+                queued_ms: 0.0,
             };
             telemetry::model_attempt(attempt.role, attempt.outcome, at.elapsed(), None, None);
             self.audit.model_attempts.push(attempt);

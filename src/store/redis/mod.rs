@@ -215,6 +215,30 @@ impl RedisStore {
             .map_err(failed("cancel_marker"))
     }
 
+    /// The markers of `runs`: EXISTS each, in one pipeline per slot group, sent at once.
+    pub(super) async fn cancel_markers(&self, runs: &[String]) -> Result<Vec<bool>, StoreError> {
+        let markers: Vec<String> = runs.iter().map(|run| self.keys.cancelled(run)).collect();
+        let groups = self.conn.pipeline_groups(&markers);
+        let sent = groups.iter().map(|group| {
+            let mut pipe = redis::pipe();
+            for &i in group {
+                pipe.exists(&markers[i]);
+            }
+            let mut conn = self.conn.clone();
+            async move { pipe.query_async::<Vec<i64>>(&mut conn).await }
+        });
+        let replies = futures::future::try_join_all(sent)
+            .await
+            .map_err(failed("cancel_marker"))?;
+        let mut cancelled = vec![false; runs.len()];
+        for (group, answers) in groups.iter().zip(replies) {
+            for (&i, answer) in group.iter().zip(answers) {
+                cancelled[i] = answer == 1;
+            }
+        }
+        Ok(cancelled)
+    }
+
     /// The marker, then the publish: two commands, since on a cluster the channel and the
     /// run's marker live in different slots (a cancel is rare; two round trips). The marker
     /// is the truth: if only the publish fails, every replica still finds the marker within

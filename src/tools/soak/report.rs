@@ -76,6 +76,35 @@ pub struct Report {
     pub integrity: Option<super::chaos::Integrity>,
     pub runs_in_flight_after: Option<f64>,
     pub plot: String,
+    /// `--overload`: how the releases were admitted or shed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overload: Option<OverloadReport>,
+}
+
+/// What an overload run (`soak --overload`, `scripts/overload.sh`) saw at the door.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverloadReport {
+    /// Releases answered 200 (admitted, or replayed).
+    pub admitted: u64,
+    /// `admitted` per second of the run.
+    pub goodput_per_s: f64,
+    /// Answered `503 overloaded`.
+    pub shed: u64,
+    /// Of those, without a `Retry-After` of at least 1 s (should be 0).
+    pub shed_without_retry_after: u64,
+    /// Time from sending to the `503 overloaded` answer.
+    pub shed_latency_ms: Percentiles,
+    /// Answered `503 store_unavailable` / `store_outcome_unknown` (should be 0).
+    pub store_errors: u64,
+    /// Any other answer that is not 200 or 503 overloaded, or no answer.
+    pub other_errors: u64,
+    /// Most file descriptors the measured process had open (sampled every second).
+    pub fds_max: u64,
+}
+
+/// Open file descriptors of a process (Linux), or None.
+pub fn open_fds(pid: u32) -> Option<u64> {
+    Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
 }
 
 /// Reads a process's resident set size from /proc (Linux), in kB.

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
-use super::report::{percentiles, plot, rss_kb, PlotError, Report, RssPoint, Sample};
+use super::report::{
+    open_fds, percentiles, plot, rss_kb, OverloadReport, PlotError, Report, RssPoint, Sample,
+};
 use super::scenarios::{RunPlan, Scenario, CANARIES};
 use crate::config::Config;
 use crate::http::{Application, StartError};
@@ -117,6 +119,12 @@ pub struct SoakArgs {
     /// fake model accepts both; an in-process harness then also asks it over h2c.
     #[arg(long)]
     pub http2: bool,
+    /// The harness is being driven past its capacity (`scripts/overload.sh`): a `503
+    /// overloaded` with `Retry-After` is an expected answer (counted, not a violation), and
+    /// an admitted judged release may end `SEMANTIC_UNAVAILABLE` (its deadline passed in the
+    /// model queue). The report gains an `overload` section.
+    #[arg(long)]
+    pub overload: bool,
 }
 
 /// What the request tasks share.
@@ -127,6 +135,13 @@ pub(super) struct Shared {
     chaos: bool,
     /// Whether each run's audit is fetched for its `overhead_ms` (not with `--no-audit`).
     fetch_audit: bool,
+    /// `--overload`: shed answers are expected.
+    overload: bool,
+    shed: AtomicU64,
+    shed_without_retry_after: AtomicU64,
+    shed_latencies: Mutex<Vec<f64>>,
+    store_errors: AtomicU64,
+    other_errors: AtomicU64,
     retry_for: Duration,
     pub(super) token: String,
     pub(super) prefix: String,
@@ -208,14 +223,40 @@ async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
     if let Some(c) = canceller {
         let _ = c.await;
     }
-    let (status, text) = match response {
+    let (status, text, retry_after) = match response {
         Ok(answer) => answer,
         Err(e) => {
+            shared.other_errors.fetch_add(1, Ordering::SeqCst);
             shared.violation(format!("{run}: no answer: {e}"));
             return;
         }
     };
     shared.answered.fetch_add(1, Ordering::SeqCst);
+    if shared.overload && status != 200 {
+        let code = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|body| body["error"]["code"].as_str().map(str::to_string));
+        match (status, code.as_deref()) {
+            (503, Some("overloaded")) => {
+                shared.shed.fetch_add(1, Ordering::SeqCst);
+                if retry_after.is_none_or(|secs| secs < 1) {
+                    shared
+                        .shed_without_retry_after
+                        .fetch_add(1, Ordering::SeqCst);
+                }
+                if let Ok(mut l) = shared.shed_latencies.lock() {
+                    l.push(latency.as_secs_f64() * 1000.0);
+                }
+                return;
+            }
+            (503, Some("store_unavailable" | "store_outcome_unknown")) => {
+                shared.store_errors.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => {
+                shared.other_errors.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
     if status != 200 {
         shared.violation(format!(
             "{run} ({}): HTTP {status}: {text}",
@@ -235,7 +276,8 @@ async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
     }
     let outcome = result["outcome"].as_str().unwrap_or("?").to_string();
     let fallback = result["fallback_type"].as_str();
-    if (outcome.as_str(), fallback) != plan.expected {
+    let queued_out = shared.overload && fallback == Some("SEMANTIC_UNAVAILABLE");
+    if (outcome.as_str(), fallback) != plan.expected && !queued_out {
         shared.violation(format!(
             "{run} ({}): expected {:?}, got {outcome} {fallback:?}",
             scenario.name(),
@@ -294,6 +336,14 @@ async fn audit_overhead_ms(shared: &Shared, run: &str, number: u64) -> Option<f6
     audit["timings"]["overhead_ms"].as_f64()
 }
 
+/// The answer's `Retry-After` in whole seconds, if it has one.
+fn retry_after_secs(response: &reqwest::Response) -> Option<u64> {
+    response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+}
+
 /// How long to wait before a retry: the answer's Retry-After, else 200 ms.
 fn retry_delay(response: &reqwest::Response) -> Duration {
     response
@@ -311,7 +361,7 @@ async fn release(
     run: &str,
     number: u64,
     body: &Value,
-) -> Result<(u16, String), reqwest::Error> {
+) -> Result<(u16, String, Option<u64>), reqwest::Error> {
     let began = Instant::now();
     let mut attempt = 0u64;
     loop {
@@ -330,7 +380,8 @@ async fn release(
             }
             Ok(r) => {
                 let status = r.status().as_u16();
-                return Ok((status, r.text().await.unwrap_or_default()));
+                let retry_after = retry_after_secs(&r);
+                return Ok((status, r.text().await.unwrap_or_default(), retry_after));
             }
             Err(_) if shared.may_retry(began) => Duration::from_millis(200),
             Err(e) => return Err(e),
@@ -447,6 +498,12 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
         targets: targets.clone(),
         chaos: args.chaos,
         fetch_audit: !args.no_audit,
+        overload: args.overload,
+        shed: AtomicU64::new(0),
+        shed_without_retry_after: AtomicU64::new(0),
+        shed_latencies: Mutex::new(Vec::new()),
+        store_errors: AtomicU64::new(0),
+        other_errors: AtomicU64::new(0),
         retry_for: Duration::from_secs(args.retry_for),
         token,
         prefix,
@@ -469,12 +526,17 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
         at: 0.0,
         rss_kb: rss_kb(pid).unwrap_or(0),
     }]));
+    let fds_max = Arc::new(AtomicU64::new(open_fds(pid).unwrap_or(0)));
     let sampler = {
         let rss_series = rss_series.clone();
+        let fds_max = fds_max.clone();
         let started = shared.started;
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
+                if let Some(fds) = open_fds(pid) {
+                    fds_max.fetch_max(fds, Ordering::SeqCst);
+                }
                 if let (Some(kb), Ok(mut series)) = (rss_kb(pid), rss_series.lock()) {
                     series.push(RssPoint {
                         at: started.elapsed().as_secs_f64(),
@@ -638,6 +700,24 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
         integrity,
         runs_in_flight_after: in_flight_after,
         plot: plot_path.display().to_string(),
+        overload: args.overload.then(|| {
+            let admitted = samples.len() as u64;
+            let shed_latencies = shared
+                .shed_latencies
+                .lock()
+                .map(|l| l.clone())
+                .unwrap_or_default();
+            OverloadReport {
+                admitted,
+                goodput_per_s: admitted as f64 / elapsed,
+                shed: shared.shed.load(Ordering::SeqCst),
+                shed_without_retry_after: shared.shed_without_retry_after.load(Ordering::SeqCst),
+                shed_latency_ms: percentiles(&shed_latencies),
+                store_errors: shared.store_errors.load(Ordering::SeqCst),
+                other_errors: shared.other_errors.load(Ordering::SeqCst),
+                fds_max: fds_max.load(Ordering::SeqCst),
+            }
+        }),
     };
     let json = serde_json::to_string_pretty(&report).map_err(|e| unwritten(e.into()))?;
     std::fs::write(run_dir.join("report.json"), &json).map_err(unwritten)?;

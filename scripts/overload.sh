@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Overload (issue 31; not part of CI): one optimised `release-harness serve` on a private
+# Redis, driven past its capacity by `release-harness soak --overload` (judged releases over
+# h2c, each run's records seeded first), and the figures printed per scenario.
+#
+#   scenario 1  a slow model (MODEL_LATENCY_MS, 30 s) while agents send RATE1 releases/s for
+#               DURATION1 s: every request is admitted or answered 503 overloaded at once;
+#               peak RSS, peak open descriptors, store errors, and whether admitted releases
+#               ended by their total timeout.
+#   scenario 2  a fast model (instant): first the saturating throughput S (the soak capped at
+#               SAT_CLIENTS releases in flight, DURATION2 s), then 2 x S offered for DURATION2 s
+#               to the same process: goodput against S, p99 of admitted releases, and the
+#               harness's CPU per shed request.
+#
+# The CPU per shed request is measured as the harness's CPU time (utime + stime) over a
+# window of scenario 1 in which it sheds and its admitted releases wait on the model, divided
+# by the requests shed in that window (an upper bound: the parked releases' marker polls and
+# lease renewals are counted in it), and in scenario 2 as (CPU - admitted x CPU per release
+# measured at saturation) / shed.
+#
+#   scripts/overload.sh [SCENARIOS="1 2"]
+#   RATE1=1000 DURATION1=20 MODEL_LATENCY_MS=30000 MAX_IN_FLIGHT1=2048   scenario 1
+#   DURATION2=15 SAT_CLIENTS=32 MAX_IN_FLIGHT2=64                        scenario 2
+#   BIN=path/to/release-harness ...   measures another build (e.g. before), driven by this one
+#       (a build without admission control ignores the new keys only if they are not set:
+#       BEFORE=1 leaves them out)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+scenarios=${1:-"1 2"}
+rate1=${RATE1:-1000}
+duration1=${DURATION1:-20}
+model_latency=${MODEL_LATENCY_MS:-30000}
+max_in_flight1=${MAX_IN_FLIGHT1:-2048}
+duration2=${DURATION2:-15}
+sat_clients=${SAT_CLIENTS:-32}
+max_in_flight2=${MAX_IN_FLIGHT2:-64}
+
+work=$(mktemp -d)
+trap 'cleanup "$work"' EXIT
+start_redis "$work"
+serve_bin=${BIN:-}
+unset BIN
+release_bin
+driver=$BIN
+bin=${serve_bin:-$driver}
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+tck=$(getconf CLK_TCK)
+
+# start_harness NAME MAX_IN_FLIGHT: starts `serve` (h2c accepted, the model over HTTP/1.1)
+# and sets PORT, MODEL_PORT, PID, BASE, PREFIX.
+start_harness() {
+  local name=$1 limit=$2
+  PORT=$(free_port)
+  MODEL_PORT=$(free_port)
+  PREFIX="overload-$name-$$"
+  BASE="http://127.0.0.1:$PORT"
+  local limits=()
+  [ -n "${BEFORE:-}" ] || limits=(HARNESS__SERVER__MAX_IN_FLIGHT="$limit")
+  env HARNESS__REDIS__URL="$REDIS_URL" HARNESS__REDIS__KEY_PREFIX="$PREFIX" \
+    HARNESS__SERVER__LISTEN="127.0.0.1:$PORT" HARNESS__SERVER__API_TOKEN=overload-token \
+    HARNESS__SERVER__ACCEPT_H2C=true HARNESS__MODEL__BASE_URL="http://127.0.0.1:$MODEL_PORT" \
+    "${limits[@]}" RUST_LOG=error "$bin" serve >"$work/serve-$name.log" 2>&1 &
+  PID=$!
+  track "$PID"
+  wait_ready "$BASE"
+}
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+metric_sum() { curl -s "$BASE/metrics" | awk -v m="$1" 'index($1, m) == 1 && ($1 == m || substr($1, length(m) + 1, 1) == "{") {s += $2} END {print s + 0}'; }
+
+# soak NAME RATE DURATION CLIENT_CAP LATENCY: the soak against the running harness.
+soak() {
+  HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=error "$driver" soak --overload --only supported \
+    --target "$BASE" --token overload-token --key-prefix "$PREFIX" \
+    --model-listen "127.0.0.1:$MODEL_PORT" --model-latency-ms "$5" --rate "$2" \
+    --duration "$3" --max-in-flight "$4" --http2 --no-audit --pid "$PID" \
+    --report-dir "$work/reports-$1" >"$work/report-$1.json" 2>"$work/soak-$1.log" || true
+}
+
+figure() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+
+for scenario in $scenarios; do
+  case $scenario in
+  1)
+    echo "==> scenario 1: model ${model_latency} ms per answer, ${rate1} releases/s for ${duration1} s, server.max_in_flight ${max_in_flight1} ($bin)"
+    start_harness s1 "$max_in_flight1"
+    soak s1 "$rate1" "$duration1" 1000000 "$model_latency" &
+    soak_pid=$!
+    # The CPU window: from 5 s in (the replica is full) to 1 s before sending stops.
+    sleep 5
+    c0=$(cpu_ticks "$PID"); s0=$(metric_sum harness_shed_total)
+    sleep $(( duration1 > 7 ? duration1 - 6 : 1 ))
+    c1=$(cpu_ticks "$PID"); s1=$(metric_sum harness_shed_total)
+    wait "$soak_pid" || true
+    store_errors=$(metric_sum harness_store_errors_total)
+    total_timeout=45000
+    python3 - "$work/report-s1.json" "$c0" "$c1" "$s0" "$s1" "$tck" "$store_errors" "$total_timeout" "$max_in_flight1" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+c0, c1, s0, s1, tck = (float(x) for x in sys.argv[2:7])
+store_errors, total_timeout, limit = float(sys.argv[7]), float(sys.argv[8]), int(sys.argv[9])
+o = r.get("overload") or {}
+shed_cpu = (c1 - c0) / tck / max(s1 - s0, 1) * 1e6
+lat, shed = r["latency_ms"], o.get("shed_latency_ms", {})
+print(f"  sent {r['sent']}, answered {r['answered']}: admitted {o.get('admitted')} (200), "
+      f"shed {o.get('shed')} (503 overloaded; {o.get('shed_without_retry_after')} without Retry-After), "
+      f"503 store errors {o.get('store_errors')}, other {o.get('other_errors')}")
+print(f"  shed answers: p50 {shed.get('p50', 0):.1f} ms, p99 {shed.get('p99', 0):.1f} ms, max {shed.get('max', 0):.1f} ms")
+print(f"  admitted releases: p50 {lat['p50'] / 1000:.1f} s, p99 {lat['p99'] / 1000:.1f} s, max {lat['max'] / 1000:.1f} s "
+      f"(total timeout {total_timeout / 1000:.0f} s); outcomes {r['outcomes']}")
+print(f"  harness peak RSS {r['rss_max_kb'] / 1024:.0f} MB, peak open descriptors {o.get('fds_max')}, "
+      f"harness_store_errors_total {store_errors:.0f}")
+print(f"  CPU per shed request (window of {s1 - s0:.0f} sheds): {shed_cpu:.1f} us")
+for v in r["violations"][:5]:
+    print(f"  violation: {v}")
+PY
+    kill "$PID"; wait "$PID" 2>/dev/null || true
+    ;;
+  2)
+    echo "==> scenario 2: instant model; saturation with ${sat_clients} releases in flight, then 2x it, ${duration2} s each, server.max_in_flight ${max_in_flight2} ($bin)"
+    start_harness s2 "$max_in_flight2"
+    c0=$(cpu_ticks "$PID")
+    soak sat 3000 "$duration2" "$sat_clients" 0
+    c1=$(cpu_ticks "$PID")
+    sat=$(figure "$work/report-sat.json" 'round(r["overload"]["admitted"] / r["duration_s"], 1)')
+    sat_answered=$(figure "$work/report-sat.json" 'r["overload"]["admitted"]')
+    offered=$(python3 -c "print(round(2 * $sat, 1))")
+    s0=$(metric_sum harness_shed_total)
+    soak over "$offered" "$duration2" 1000000 0
+    c2=$(cpu_ticks "$PID")
+    s1=$(metric_sum harness_shed_total)
+    store_errors=$(metric_sum harness_store_errors_total)
+    python3 - "$work/report-over.json" "$sat" "$sat_answered" "$c0" "$c1" "$c2" "$s0" "$s1" "$tck" "$store_errors" "$offered" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+sat, sat_answered = float(sys.argv[2]), float(sys.argv[3])
+c0, c1, c2, s0, s1, tck = (float(x) for x in sys.argv[4:10])
+store_errors, offered = float(sys.argv[10]), float(sys.argv[11])
+o = r["overload"]
+per_release = (c1 - c0) / tck / max(sat_answered, 1)
+shed = max(s1 - s0, 1)
+shed_cpu = ((c2 - c1) / tck - o["admitted"] * per_release) / shed * 1e6
+lat = r["latency_ms"]
+print(f"  saturating throughput S = {sat:.0f} releases/s ({per_release * 1e6:.0f} us of harness CPU per release)")
+print(f"  offered {offered:.0f}/s: sent {r['sent']}, admitted {o['admitted']}, shed {o['shed']} "
+      f"({o['shed_without_retry_after']} without Retry-After), 503 store errors {o['store_errors']}, other {o['other_errors']}")
+print(f"  goodput {o['goodput_per_s']:.0f}/s = {100 * o['goodput_per_s'] / max(sat, 1):.0f}% of S; "
+      f"admitted p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms, max {lat['max']:.1f} ms; "
+      f"shed answers p99 {o['shed_latency_ms']['p99']:.1f} ms")
+print(f"  CPU per shed request: {shed_cpu:.1f} us; harness peak RSS {r['rss_max_kb'] / 1024:.0f} MB, "
+      f"harness_store_errors_total {store_errors:.0f}")
+for v in r["violations"][:5]:
+    print(f"  violation: {v}")
+PY
+    kill "$PID"; wait "$PID" 2>/dev/null || true
+    ;;
+  esac
+done
