@@ -21,6 +21,7 @@
 #   scripts/overload.sh [SCENARIOS="1 2"]
 #   RATE1=1000 DURATION1=20 MODEL_LATENCY_MS=30000 MAX_IN_FLIGHT1=2048   scenario 1
 #   DURATION2=15 SAT_CLIENTS=32 MAX_IN_FLIGHT2=64                        scenario 2
+#   DRIVER=path/to/release-harness ...   drives the soak with that build (no release build)
 #   BIN=path/to/release-harness ...   measures another build (e.g. before), driven by this one
 #       (a build without admission control ignores the new keys only if they are not set:
 #       BEFORE=1 leaves them out)
@@ -41,6 +42,8 @@ trap 'cleanup "$work"' EXIT
 start_redis "$work"
 serve_bin=${BIN:-}
 unset BIN
+# DRIVER=path: the build that drives the soak, instead of building this checkout's.
+BIN=${DRIVER:-}
 release_bin
 driver=$BIN
 bin=${serve_bin:-$driver}
