@@ -346,7 +346,7 @@ mod tests {
         let reading = crate::store::Reading {
             cited: &[],
             max_calls: 100,
-            limits: crate::config::Config::defaults().record_limits(),
+            limits: crate::actors::record_limits(&crate::config::Config::defaults()),
         };
         let begin = s.begin(run, "reader/1", std::time::Duration::from_secs(1), reading);
         match futures::executor::block_on(begin).unwrap() {

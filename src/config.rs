@@ -571,13 +571,6 @@ impl Config {
         }
     }
 
-    pub fn record_limits(&self) -> crate::store::RecordLimits {
-        crate::store::RecordLimits {
-            max_record_bytes: self.evidence.max_record_bytes,
-            max_release_bytes: self.evidence.max_release_bytes,
-        }
-    }
-
     pub fn budget_limits(&self) -> BudgetLimits {
         BudgetLimits {
             max_model_calls: self.budget.max_model_calls,

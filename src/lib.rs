@@ -1,12 +1,42 @@
 //! release-harness decides whether an AI diagnosis agent's report may be shown to people.
 //!
-//! - [`domain`]: pure rules: Draft parsing, EvidenceGuard, snapshots, repair comparison,
-//!   the release decision, budgets and the audit record.
-//! - [`store`]: Redis and in-memory stores (key schema, records, results, locks, cancels).
-//! - [`config`]: typed, layered, validated configuration.
-//! - [`telemetry`]: metric names, the Prometheus recorder, tracing.
-//! - [`tools`]: soak, fake model, eval, probe report, seed and fuzz entry points; never
-//!   imported by the modules above.
+//! The layout, lowest layer first; a module imports only from the layers above it in this
+//! list (`scripts/imports.py` prints the import graph), and nothing of the service imports
+//! [`tools`].
+//!
+//! ```text
+//! domain/            pure rules: no actix, Redis, HTTP or clock
+//!   draft            the Draft and its strict parser
+//!   invocation       canonical invocation records and tool projections
+//!   scope            a projection's scope, as parsed and as shown
+//!   evidence_guard   EvidenceGuard's rules; the run's evidence as loaded
+//!   identifiers      the run's call ids and Redis keys, found and masked in text
+//!   bounded          what is copied from records, masked and bounded
+//!   snapshot         the verified snapshot, the ProgressSnapshot, verified sources
+//!   repair_check     the comparison a repaired Draft must pass
+//!   request          a release request and its validation
+//!   outcome          stop reasons, outcomes, fallback types (label enums)
+//!   release          the release decision and the release result
+//!   budget           the per-run model budget
+//!   audit            the operators' audit record
+//!   json             the JSON text the harness writes
+//! config             typed, layered configuration, validated once at start-up
+//! telemetry          every metric name, the Prometheus recorder, tracing set-up
+//! store/             where records are read and results kept: Redis (key schema,
+//!                    scripts, locks, cancels) or memory; agent_records writes records
+//!                    as the agent's tool layer would
+//! model/             the model adapter: prompts (request bytes), body (JSON writing),
+//!                    client (async-openai), envelope, verdict (strict answers)
+//! actors/            the per-run actor tree: registry (one per HTTP worker), shards,
+//!                    supervisor/ (the run's state machine: steps, commit), repair,
+//!                    semantic_guard, budget, attempt (one model attempt),
+//!                    cancel_listener (P:cancel)
+//! http/              the service: Application::build, routes, auth, error (ApiError),
+//!                    openapi
+//! check              `check`: one release offline from a run bundle
+//! tools/             tooling, never imported by the service: soak/, fake_model,
+//!                    fixtures, eval/, probe (probe-model), seed, fuzzing
+//! ```
 
 #![forbid(unsafe_code)]
 

@@ -288,8 +288,8 @@ pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, BuildError> 
 /// [`install_metrics`] has run (unit tests, benchmarks) the macros are used as before.
 static RELEASE_METRICS: OnceLock<ReleaseMetrics> = OnceLock::new();
 
-const ROLES: [ModelRole; 2] = [ModelRole::Repair, ModelRole::Semantic];
-const OUTCOMES: [Outcome; 3] = [Outcome::Success, Outcome::Fallback, Outcome::Cancelled];
+const ROLES: [ModelRole; 2] = ModelRole::ALL;
+const OUTCOMES: [Outcome; 3] = Outcome::ALL;
 const TOKEN_KINDS: [&str; 2] = ["prompt", "completion"];
 
 struct ReleaseMetrics {

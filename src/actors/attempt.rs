@@ -19,10 +19,10 @@ use actix::{
 use tokio::time::Instant;
 
 use super::budget::{BudgetActor, Refund, Reserve, Settle, Usage};
-use super::registry::CheckMarker;
-use super::supervisor::{AttemptRecorded, AttemptStarted};
 use crate::config::StructuredOutput;
-use crate::domain::audit::{millis, AttemptOutcome, CancelSource, ModelAttempt, ModelRole};
+use crate::domain::audit::{
+    millis, AttemptOutcome, BudgetUse, CancelSource, ModelAttempt, ModelRole,
+};
 use crate::domain::budget::{estimate_tokens, Cost};
 use crate::model::gate::{Refused, Sent};
 use crate::model::verdict::{read_completion, usage, AnswerError};
@@ -31,12 +31,13 @@ use crate::store::StoreError;
 
 /// An actor that owns at most one pending model call (Repair, SemanticGuard).
 pub trait OwnsPendingCall: Actor<Context = Context<Self>> {
-    /// The pending call's handle; `AbortChild` cancels it, which drops the HTTP request.
+    /// The pending call's handle; an aborting `StopChild` cancels it, which drops the HTTP
+    /// request.
     fn pending(&mut self) -> &mut Option<SpawnHandle>;
 }
 
 /// Spawns `work` in the actor's own context and keeps its handle, so that the actor can
-/// drop it on `AbortChild`; answers `work`'s output, or `aborted` if it was dropped.
+/// drop it on an aborting `StopChild`; answers `work`'s output, or `aborted` if it was dropped.
 pub fn own_pending_call<A, T>(
     actor: &mut A,
     ctx: &mut Context<A>,
@@ -112,12 +113,38 @@ impl<T> Drop for Answer<T> {
     }
 }
 
-/// The `AbortChild` of a call-owning actor: drop the pending call, then stop.
+/// The aborting `StopChild` of a call-owning actor: drop the pending call, then stop.
 pub fn abort_pending_call<A: OwnsPendingCall>(actor: &mut A, ctx: &mut Context<A>) {
     if let Some(handle) = actor.pending().take() {
         ctx.cancel_future(handle);
     }
     ctx.stop();
+}
+
+/// Sent by a model-calling child to its run's registry before an attempt that does not
+/// follow the begin script's read at once: is the run's cancel marker set? Checks asked for
+/// together share one pipelined round trip (several when one is already out: each waits
+/// for the next).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<bool, StoreError>")]
+pub struct CheckMarker(pub String);
+
+/// Sent by a model-calling child to its supervisor just before a request goes out.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct AttemptStarted {
+    pub role: ModelRole,
+    pub attempt: u32,
+    pub request_bytes: u64,
+}
+
+/// Sent by a model-calling child to its supervisor when an attempt ended or was denied:
+/// for the audit and the metrics, with the run's budget use after it.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct AttemptRecorded {
+    pub attempt: ModelAttempt,
+    pub budget: BudgetUse,
 }
 
 /// What an attempt needs from its run.

@@ -1,7 +1,7 @@
 //! The Budget actor: the run's model budget (calls, tokens, bytes) shared by the Repair
 //! and SemanticGuard actors. A call reserves before it is sent and settles after.
 
-use actix::{Actor, Context, Handler, Message};
+use actix::{Handler, Message};
 
 use crate::domain::audit::BudgetUse;
 use crate::domain::budget::{Budget, BudgetDenied, BudgetLimits, Cost, Reservation};
@@ -18,15 +18,7 @@ impl BudgetActor {
     }
 }
 
-impl Actor for BudgetActor {
-    type Context = Context<Self>;
-    fn started(&mut self, _: &mut Self::Context) {
-        super::actor_started();
-    }
-    fn stopped(&mut self, _: &mut Self::Context) {
-        super::actor_stopped();
-    }
-}
+run_child!(BudgetActor);
 
 /// Sent by a model-calling actor before sending: reserve one call with its worst-case
 /// cost. Answers the reservation or which limit denies it (then nothing is sent).
@@ -81,19 +73,5 @@ impl Handler<Usage> for BudgetActor {
     type Result = actix::MessageResult<Usage>;
     fn handle(&mut self, _: Usage, _: &mut Self::Context) -> Self::Result {
         actix::MessageResult(self.budget.usage())
-    }
-}
-
-impl Handler<super::StopChild> for BudgetActor {
-    type Result = ();
-    fn handle(&mut self, _: super::StopChild, ctx: &mut Self::Context) {
-        actix::ActorContext::stop(ctx);
-    }
-}
-
-impl Handler<super::AbortChild> for BudgetActor {
-    type Result = ();
-    fn handle(&mut self, _: super::AbortChild, ctx: &mut Self::Context) {
-        actix::ActorContext::stop(ctx);
     }
 }

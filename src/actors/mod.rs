@@ -1,16 +1,59 @@
-//! The per-run actor tree (ARCHITECTURE.md): a process-wide [`RunRegistry`] starts one
-//! [`RunSupervisor`] per release; the supervisor starts the run's EvidenceGuard, Repair,
-//! SemanticGuard and Budget actors, owns every pending model future through them, and
-//! stops them all when the run ends. `Cancel` aborts pending model calls (their HTTP
-//! requests are dropped) and answers CANCELLED.
+//! The per-run actor tree (ARCHITECTURE.md): a [`RunRegistry`] per HTTP worker starts one
+//! [`RunSupervisor`] per release; the supervisor decides EvidenceGuard itself (a pure
+//! domain call), starts the run's Repair, SemanticGuard and Budget actors when it first
+//! needs them, owns every pending model future through them, and stops them all when the
+//! run ends. `Cancel` aborts pending model calls (their HTTP requests are dropped) and
+//! answers CANCELLED.
 //!
-//! Messages are small named types next to the actor that handles them.
+//! Imports run one way: registry → supervisor → repair, semantic_guard, budget → attempt.
+//! Messages are small named types next to the actor that handles them, except those a
+//! lower actor sends up (the attempt's reports, the supervisor's notices), which live with
+//! their sender so that it need not know its receiver.
+
+/// The lifecycle every child actor of a run shares, written once: it counts in
+/// [`live_actors`] while it runs, and stops on [`StopChild`]. A child that owns a pending
+/// model call (`run_child!(Type, owns_pending_call)`, see [`attempt::OwnsPendingCall`])
+/// drops that call first when the stop aborts.
+macro_rules! run_child {
+    ($child:ty) => {
+        run_child!(@actor $child);
+        impl actix::Handler<$crate::actors::StopChild> for $child {
+            type Result = ();
+            fn handle(&mut self, _: $crate::actors::StopChild, ctx: &mut Self::Context) {
+                actix::ActorContext::stop(ctx);
+            }
+        }
+    };
+    ($child:ty, owns_pending_call) => {
+        run_child!(@actor $child);
+        impl actix::Handler<$crate::actors::StopChild> for $child {
+            type Result = ();
+            fn handle(&mut self, stop: $crate::actors::StopChild, ctx: &mut Self::Context) {
+                if stop.abort {
+                    $crate::actors::attempt::abort_pending_call(self, ctx);
+                } else {
+                    actix::ActorContext::stop(ctx);
+                }
+            }
+        }
+    };
+    (@actor $child:ty) => {
+        impl actix::Actor for $child {
+            type Context = actix::Context<Self>;
+            fn started(&mut self, _: &mut Self::Context) {
+                $crate::actors::actor_started();
+            }
+            fn stopped(&mut self, _: &mut Self::Context) {
+                $crate::actors::actor_stopped();
+            }
+        }
+    };
+}
 
 pub mod admission;
 mod attempt;
 pub mod budget;
 pub mod cancel_listener;
-pub mod evidence_guard;
 pub mod registry;
 pub mod repair;
 pub mod semantic_guard;
@@ -30,7 +73,7 @@ use crate::domain::audit::CancelSource;
 use crate::domain::release::ReleaseResult;
 pub use crate::domain::request::ReleaseRequest;
 use crate::model::{ClientError, ModelClient, ModelGate};
-use crate::store::{Store, StoreError};
+use crate::store::{RecordLimits, Store, StoreError};
 
 /// What every run shares: configuration, the store, the model client (None when
 /// `model.base_url` is empty) and this replica's name (in lock tokens and 409 answers).
@@ -88,6 +131,15 @@ impl Harness {
             admission: self.admission.clone(),
             replica: self.replica.clone(),
         })
+    }
+}
+
+/// The bounds on reading the agent's records (`evidence.max_record_bytes`,
+/// `evidence.max_release_bytes`): configuration read for the store, here, where both meet.
+pub fn record_limits(config: &Config) -> RecordLimits {
+    RecordLimits {
+        max_record_bytes: config.evidence.max_record_bytes,
+        max_release_bytes: config.evidence.max_release_bytes,
     }
 }
 
@@ -166,13 +218,11 @@ fn actor_stopped() {
     LIVE_ACTORS.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// Asks a child to stop (sent by the supervisor when its run ends).
+/// Asks a child to stop (sent by the supervisor when its run ends). With `abort` (on
+/// Cancel or a lost lock) its pending model future, if any, is dropped first, which drops
+/// the call's HTTP request and closes its connection.
 #[derive(actix::Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
-pub struct StopChild;
-
-/// Aborts the child's pending model future, if any, and stops it (sent by the supervisor
-/// on Cancel). The HTTP request of the aborted call is dropped, closing its connection.
-#[derive(actix::Message, Debug, Clone, Copy)]
-#[rtype(result = "()")]
-pub struct AbortChild;
+pub struct StopChild {
+    pub abort: bool,
+}

@@ -1,4 +1,5 @@
-//! The RunRegistry: one per process. It maps run ids to their supervisors, starts a
+//! The RunRegistry: one per HTTP worker (each worker's releases run on its thread; a
+//! [`super::Shards`] routes cancels to all of them), and one for `check`. It maps run ids to their supervisors, starts a
 //! supervisor per release with its lock token, refuses a second release of a run in flight
 //! here (the Redis lock refuses it across replicas), routes cancels, and forgets runs when
 //! they end.
@@ -18,7 +19,8 @@ use actix::{
 };
 use tokio::sync::oneshot;
 
-use super::supervisor::{Cancel, LockLost, RunSupervisor};
+use super::attempt::CheckMarker;
+use super::supervisor::{Cancel, LockLost, RunEvent, RunNotice, RunSupervisor};
 use super::{Harness, ReleaseError, ReleaseRequest, Released};
 use crate::domain::audit::CancelSource;
 use crate::store::{new_lock_token, StoreError, Watch, Watched};
@@ -179,27 +181,11 @@ pub struct CancelRun {
     pub source: CancelSource,
 }
 
-/// Sent by a supervisor when its begin script took the run's lock: renew its lease.
-#[derive(Message, Debug, Clone)]
-#[rtype(result = "()")]
-pub struct LockTaken {
-    pub run_id: String,
-    pub supervisor: u64,
-}
-
 /// Sent by the CancelListener after it (re)subscribed: check the markers of every run in
 /// flight now, since a cancel published while it was not subscribed was lost.
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
 pub struct WatchNow;
-
-/// Sent by a supervisor when it stops.
-#[derive(Message, Debug, Clone)]
-#[rtype(result = "()")]
-pub struct RunEnded {
-    pub run_id: String,
-    pub supervisor: u64,
-}
 
 /// How many releases are in flight here (tests, soak checks, shutdown).
 #[derive(Message, Debug, Clone, Copy)]
@@ -249,7 +235,8 @@ impl Handler<StartRelease> for RunRegistry {
                 _admitted: admitted,
             },
         );
-        let supervisor = RunSupervisor::new(id, msg.0, token, self.harness.clone(), ctx.address());
+        let owners = (ctx.address().recipient(), ctx.address().recipient());
+        let supervisor = RunSupervisor::new(id, msg.0, token, self.harness.clone(), owners);
         telemetry::run_started();
         Starting::Run(supervisor, context)
     }
@@ -296,13 +283,24 @@ impl Handler<CancelRun> for RunRegistry {
     }
 }
 
-impl Handler<LockTaken> for RunRegistry {
+impl Handler<RunNotice> for RunRegistry {
     type Result = ();
-    fn handle(&mut self, msg: LockTaken, _: &mut Self::Context) {
-        if let Some(run) = self.runs.get_mut(&msg.run_id) {
-            if run.supervisor == msg.supervisor {
+    fn handle(&mut self, msg: RunNotice, _: &mut Self::Context) {
+        let Some(run) = self.runs.get_mut(&msg.run_id) else {
+            return;
+        };
+        // A later release of the same run is not concerned.
+        if run.supervisor != msg.supervisor {
+            return;
+        }
+        match msg.event {
+            RunEvent::LockTaken => {
                 run.held = true;
                 run.renewed_at = Instant::now();
+            }
+            RunEvent::Ended => {
+                self.runs.remove(&msg.run_id);
+                telemetry::run_ended();
             }
         }
     }
@@ -314,23 +312,6 @@ impl Handler<WatchNow> for RunRegistry {
         self.watch(ctx);
     }
 }
-
-impl Handler<RunEnded> for RunRegistry {
-    type Result = ();
-    fn handle(&mut self, msg: RunEnded, _: &mut Self::Context) {
-        if self.runs.get(&msg.run_id).map(|run| run.supervisor) == Some(msg.supervisor) {
-            self.runs.remove(&msg.run_id);
-            telemetry::run_ended();
-        }
-    }
-}
-
-/// Sent by a model-calling child before an attempt that does not follow the begin script's
-/// read at once: is the run's cancel marker set? Checks asked for together share one
-/// pipelined round trip (several when one is already out: each waits for the next).
-#[derive(Message, Debug, Clone)]
-#[rtype(result = "Result<bool, StoreError>")]
-pub struct CheckMarker(pub String);
 
 impl Handler<CheckMarker> for RunRegistry {
     type Result = ResponseFuture<Result<bool, StoreError>>;
@@ -374,5 +355,72 @@ impl Handler<Drain> for RunRegistry {
     fn handle(&mut self, _: Drain, _: &mut Self::Context) -> Self::Result {
         self.draining = true;
         MessageResult(self.runs.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix::Actor;
+
+    use super::*;
+    use crate::actors::supervisor::tests::{closed, hanging_model, release, world};
+    use crate::domain::release::Outcome;
+
+    #[actix_rt::test]
+    async fn it_refuses_a_second_release_of_a_run_in_flight_and_forgets_the_run_when_it_ends() {
+        let (model, mut connections) = hanging_model().await;
+        let (harness, _) = world("r-twice", Some(&model), None);
+        let replica = harness.replica.to_string();
+        let registry = RunRegistry::new(harness).start();
+        let first = registry.send(release("r-twice", "FINAL_ANSWER"));
+        let first = actix_rt::spawn(first);
+        let connection = connections.recv().await.unwrap();
+        assert_eq!(registry.send(InFlight).await.unwrap(), 1);
+        match registry
+            .send(release("r-twice", "FINAL_ANSWER"))
+            .await
+            .unwrap()
+        {
+            Err(ReleaseError::InFlight { holder, .. }) => assert_eq!(holder, Some(replica)),
+            other => panic!("{other:?}"),
+        }
+        let cancel = |run: &str| CancelRun {
+            run_id: run.into(),
+            source: CancelSource::Http,
+        };
+        assert!(!registry.send(cancel("r-elsewhere")).await.unwrap());
+        assert!(registry.send(cancel("r-twice")).await.unwrap());
+        let first = first.await.unwrap().unwrap().unwrap();
+        assert_eq!(first.result.outcome, Outcome::Cancelled);
+        assert!(closed(connection).await);
+        assert_eq!(registry.send(InFlight).await.unwrap(), 0);
+        assert!(!registry.send(cancel("r-twice")).await.unwrap());
+    }
+
+    #[actix_rt::test]
+    async fn its_marker_poll_cancels_a_run_whose_marker_was_set_behind_its_back() {
+        let (model, mut connections) = hanging_model().await;
+        let (harness, store) = world("r-polled", Some(&model), Some(20));
+        let registry = RunRegistry::new(harness).start();
+        let answer = actix_rt::spawn(registry.send(release("r-polled", "FINAL_ANSWER")));
+        let connection = connections.recv().await.unwrap();
+        // The marker alone, as another replica or the agent would set it: no message.
+        store.cancel("r-polled").await.unwrap();
+        let answer = answer.await.unwrap().unwrap().unwrap();
+        assert_eq!(answer.result.outcome, Outcome::Cancelled);
+        assert!(closed(connection).await);
+    }
+
+    #[actix_rt::test]
+    async fn a_draining_registry_refuses_new_releases() {
+        let (harness, store) = world("r-late-comer", None, None);
+        let registry = RunRegistry::new(harness).start();
+        assert_eq!(registry.send(Drain).await.unwrap(), 0);
+        let answer = registry
+            .send(release("r-late-comer", "INFORMATION_SATURATION"))
+            .await
+            .unwrap();
+        assert!(matches!(answer, Err(ReleaseError::ShuttingDown)));
+        assert_eq!(store.get_result("r-late-comer").await.unwrap(), None);
     }
 }

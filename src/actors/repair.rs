@@ -1,18 +1,17 @@
 //! The Repair actor: at most one direct, no-tool model call that may fix ids and
 //! references of a concluded Draft that failed EvidenceGuard, with `max_tokens` and a byte
 //! limit derived from the Draft's size (`repair.max_output_*` are the caps). It owns the
-//! pending call; [`AbortChild`] drops it.
+//! pending call; an aborting [`super::StopChild`] drops it.
 
 use std::rc::Rc;
 use std::time::Duration;
 
-use actix::{Actor, ActorContext, Context, Handler, Message, SpawnHandle};
+use actix::{Handler, Message, SpawnHandle};
 
 use super::attempt::{
-    abort_pending_call, attempt, own_pending_call, AttemptLimits, AttemptResult, ModelJob,
-    OwnsPendingCall, PendingCall,
+    attempt, own_pending_call, AttemptLimits, AttemptResult, ModelJob, OwnsPendingCall, PendingCall,
 };
-use super::{AbortChild, StepOutcome, StopChild};
+use super::StepOutcome;
 use crate::config::RepairConfig;
 use crate::domain::draft::Draft;
 use crate::domain::evidence_guard::Violation;
@@ -39,15 +38,7 @@ impl RepairActor {
     }
 }
 
-impl Actor for RepairActor {
-    type Context = Context<Self>;
-    fn started(&mut self, _: &mut Self::Context) {
-        super::actor_started();
-    }
-    fn stopped(&mut self, _: &mut Self::Context) {
-        super::actor_stopped();
-    }
-}
+run_child!(RepairActor, owns_pending_call);
 
 /// Sent by the supervisor after the first EvidenceGuard failure of a concluded Draft.
 /// Answers the candidate Draft (parsed strictly, not yet compared) or why there is none.
@@ -140,19 +131,5 @@ impl Handler<RepairDraft> for RepairActor {
 impl OwnsPendingCall for RepairActor {
     fn pending(&mut self) -> &mut Option<SpawnHandle> {
         &mut self.pending
-    }
-}
-
-impl Handler<AbortChild> for RepairActor {
-    type Result = ();
-    fn handle(&mut self, _: AbortChild, ctx: &mut Self::Context) {
-        abort_pending_call(self, ctx);
-    }
-}
-
-impl Handler<StopChild> for RepairActor {
-    type Result = ();
-    fn handle(&mut self, _: StopChild, ctx: &mut Self::Context) {
-        ctx.stop();
     }
 }

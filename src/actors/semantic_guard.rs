@@ -1,20 +1,19 @@
 //! The SemanticGuard actor: an isolated single-turn judge. It sends the same request bytes
 //! (written again for each attempt, with one nonce) at most `semantic_guard.max_attempts`
 //! times (retrying only timeout, transport, parse and schema failures) within
-//! `semantic_guard.total_timeout_ms`, and owns the pending call: [`AbortChild`] drops it,
+//! `semantic_guard.total_timeout_ms`, and owns the pending call: an aborting [`super::StopChild`] drops it,
 //! closing its HTTP connection.
 
 use std::rc::Rc;
 use std::time::Duration;
 
-use actix::{Actor, ActorContext, Context, Handler, Message, SpawnHandle};
+use actix::{Handler, Message, SpawnHandle};
 use tokio::time::Instant;
 
 use super::attempt::{
-    abort_pending_call, attempt, own_pending_call, AttemptLimits, AttemptResult, ModelJob,
-    OwnsPendingCall, PendingCall,
+    attempt, own_pending_call, AttemptLimits, AttemptResult, ModelJob, OwnsPendingCall, PendingCall,
 };
-use super::{AbortChild, StepOutcome, StopChild};
+use super::StepOutcome;
 use crate::config::SemanticGuardConfig;
 use crate::domain::audit::AttemptOutcome;
 use crate::domain::release::{Judgeable, Judgement};
@@ -36,15 +35,7 @@ impl SemanticGuardActor {
     }
 }
 
-impl Actor for SemanticGuardActor {
-    type Context = Context<Self>;
-    fn started(&mut self, _: &mut Self::Context) {
-        super::actor_started();
-    }
-    fn stopped(&mut self, _: &mut Self::Context) {
-        super::actor_stopped();
-    }
-}
+run_child!(SemanticGuardActor, owns_pending_call);
 
 /// Sent by the supervisor once EvidenceGuard passed: judge this Draft against its
 /// snapshot. Answers the judgement after all permitted attempts, or how it was cut short.
@@ -147,19 +138,5 @@ impl Handler<Judge> for SemanticGuardActor {
 impl OwnsPendingCall for SemanticGuardActor {
     fn pending(&mut self) -> &mut Option<SpawnHandle> {
         &mut self.pending
-    }
-}
-
-impl Handler<AbortChild> for SemanticGuardActor {
-    type Result = ();
-    fn handle(&mut self, _: AbortChild, ctx: &mut Self::Context) {
-        abort_pending_call(self, ctx);
-    }
-}
-
-impl Handler<StopChild> for SemanticGuardActor {
-    type Result = ();
-    fn handle(&mut self, _: StopChild, ctx: &mut Self::Context) {
-        ctx.stop();
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::evidence_guard::{ExcludedReference, Rule, Violation};
 use super::json;
-use super::release::{FallbackType, Outcome, StopReason};
+use super::outcome::{FallbackType, Outcome, StopReason};
 
 /// Which branch of the release decision was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -21,65 +21,35 @@ pub enum ReleasePath {
     Concluded,
 }
 
-/// Who asked for a model call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ModelRole {
-    Repair,
-    Semantic,
-}
-
-impl ModelRole {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ModelRole::Repair => "repair",
-            ModelRole::Semantic => "semantic",
-        }
+labels! {
+    /// Who asked for a model call; the metric label `role`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+    pub enum ModelRole {
+        Repair = "repair",
+        Semantic = "semantic",
     }
 }
 
-/// How one model attempt ended; the metric label `result`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AttemptOutcome {
-    Ok,
-    Timeout,
-    Transport,
-    Parse,
-    Schema,
-    /// The server refused the request itself as invalid (a 4xx other than 408 and 429, or
-    /// a 5xx whose body says the request is invalid): sending it again cannot help, so it
-    /// is never retried. Usually a `model.structured_output` the server does not accept.
-    Rejected,
-    Cancelled,
-    BudgetDenied,
+labels! {
+    /// How one model attempt ended; the metric label `result`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+    pub enum AttemptOutcome {
+        Ok = "ok",
+        Timeout = "timeout",
+        Transport = "transport",
+        Parse = "parse",
+        Schema = "schema",
+        /// The server refused the request itself as invalid (a 4xx other than 408 and 429,
+        /// or a 5xx whose body says the request is invalid): sending it again cannot help,
+        /// so it is never retried. Usually a `model.structured_output` the server does not
+        /// accept.
+        Rejected = "rejected",
+        Cancelled = "cancelled",
+        BudgetDenied = "budget_denied",
+    }
 }
 
 impl AttemptOutcome {
-    pub const ALL: [AttemptOutcome; 8] = [
-        AttemptOutcome::Ok,
-        AttemptOutcome::Timeout,
-        AttemptOutcome::Transport,
-        AttemptOutcome::Parse,
-        AttemptOutcome::Schema,
-        AttemptOutcome::Rejected,
-        AttemptOutcome::Cancelled,
-        AttemptOutcome::BudgetDenied,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttemptOutcome::Ok => "ok",
-            AttemptOutcome::Timeout => "timeout",
-            AttemptOutcome::Transport => "transport",
-            AttemptOutcome::Parse => "parse",
-            AttemptOutcome::Schema => "schema",
-            AttemptOutcome::Rejected => "rejected",
-            AttemptOutcome::Cancelled => "cancelled",
-            AttemptOutcome::BudgetDenied => "budget_denied",
-        }
-    }
-
     /// Technical failures: the only outcomes SemanticGuard retries (`Rejected` is not one:
     /// the same bytes would be refused again).
     pub fn is_technical_failure(self) -> bool {
@@ -194,32 +164,17 @@ pub struct BudgetUse {
     pub max_bytes: u64,
 }
 
-/// How a cancel reached the release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CancelSource {
-    /// `POST .../cancel` on this replica.
-    Http,
-    /// A run id published on `P:cancel` (usually by another replica).
-    Pubsub,
-    /// The durable `P:run:{RUN}:cancelled` marker: seen at the start, before a model call,
-    /// by the replica's marker poll, or inside the fenced commit.
-    Marker,
-}
-
-impl CancelSource {
-    pub const ALL: [CancelSource; 3] = [
-        CancelSource::Http,
-        CancelSource::Pubsub,
-        CancelSource::Marker,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CancelSource::Http => "http",
-            CancelSource::Pubsub => "pubsub",
-            CancelSource::Marker => "marker",
-        }
+labels! {
+    /// How a cancel reached the release; the metric label `source`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+    pub enum CancelSource {
+        /// `POST .../cancel` on this replica.
+        Http = "http",
+        /// A run id published on `P:cancel` (usually by another replica).
+        Pubsub = "pubsub",
+        /// The durable `P:run:{RUN}:cancelled` marker: seen at the start, before a model
+        /// call, by the replica's marker poll, or inside the fenced commit.
+        Marker = "marker",
     }
 }
 

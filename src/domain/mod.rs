@@ -9,10 +9,43 @@
 //! - [`snapshot`]: the verified snapshot, the ProgressSnapshot and verified sources.
 //! - [`repair_check`]: the comparison a repaired Draft must pass.
 //! - [`request`]: a release request and its validation.
+//! - [`outcome`]: stop reasons, outcomes and fallback types, with their labels.
 //! - [`release`]: the release decision and the release result.
 //! - [`budget`]: the per-run model budget.
 //! - [`audit`]: the operators' audit record.
 //! - [`json`]: the JSON text the harness writes (fast, byte-identical to `serde_json`).
+//!
+//! Label enums (a rule, an outcome, a fallback type, a cancel source...) are declared with
+//! [`labels!`]: each variant and its label (the metric label and the JSON name) once.
+
+/// Declares a label enum once: its variants, each with its label, which is its name in
+/// JSON (serde) and in metric labels ([`as_str`](#method.as_str)), and `ALL`, every variant
+/// in declaration order (so that each metric series can exist from start-up). The derives
+/// (with `serde::Serialize` and maybe `Deserialize`) are the caller's.
+macro_rules! labels {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $($(#[$variant_meta:meta])* $variant:ident = $label:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum $name {
+            $($(#[$variant_meta])* #[serde(rename = $label)] $variant,)+
+        }
+
+        impl $name {
+            pub const ALL: [$name; [$($label),+].len()] = [$($name::$variant),+];
+
+            /// The label: the metric label and the JSON name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $label,)+
+                }
+            }
+        }
+    };
+}
 
 pub mod audit;
 pub mod bounded;
@@ -22,6 +55,7 @@ pub mod evidence_guard;
 pub mod identifiers;
 pub mod invocation;
 pub mod json;
+pub mod outcome;
 pub mod release;
 pub mod repair_check;
 pub mod request;

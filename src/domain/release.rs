@@ -16,112 +16,11 @@ use super::evidence_guard::{
     check_concluded, review_references, ResolvedRun, Rule, RunEvidence, Violation,
 };
 use super::identifiers::{draft_names_identifier, RunIdentifiers};
+pub use super::outcome::{FallbackType, Outcome, StopReason};
 use super::repair_check;
 use super::snapshot::{
     ObservedFact, ProgressSnapshot, SnapshotLimits, VerifiedSnapshot, VerifiedSource,
 };
-
-/// Why the agent stopped (`stop_reason` of the API).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum StopReason {
-    /// The agent wrote a final Draft.
-    #[default]
-    FinalAnswer,
-    /// Controlled stop: more tool calls would not add information.
-    InformationSaturation,
-    /// Controlled stop: the agent's own budget ran out.
-    BudgetExhausted,
-}
-
-impl StopReason {
-    pub fn parse(raw: &str) -> Option<StopReason> {
-        match raw {
-            "FINAL_ANSWER" => Some(StopReason::FinalAnswer),
-            "INFORMATION_SATURATION" => Some(StopReason::InformationSaturation),
-            "BUDGET_EXHAUSTED" => Some(StopReason::BudgetExhausted),
-            _ => None,
-        }
-    }
-
-    pub fn is_controlled_stop(self) -> bool {
-        !matches!(self, StopReason::FinalAnswer)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Outcome {
-    Success,
-    Fallback,
-    Cancelled,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Success => "SUCCESS",
-            Outcome::Fallback => "FALLBACK",
-            Outcome::Cancelled => "CANCELLED",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum FallbackType {
-    EvidenceValidationFailed,
-    SemanticUnsupported,
-    SemanticUnavailable,
-    MissingRequiredContext,
-    InsufficientEvidence,
-}
-
-impl FallbackType {
-    pub const ALL: [FallbackType; 5] = [
-        FallbackType::EvidenceValidationFailed,
-        FallbackType::SemanticUnsupported,
-        FallbackType::SemanticUnavailable,
-        FallbackType::MissingRequiredContext,
-        FallbackType::InsufficientEvidence,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FallbackType::EvidenceValidationFailed => "EVIDENCE_VALIDATION_FAILED",
-            FallbackType::SemanticUnsupported => "SEMANTIC_UNSUPPORTED",
-            FallbackType::SemanticUnavailable => "SEMANTIC_UNAVAILABLE",
-            FallbackType::MissingRequiredContext => "MISSING_REQUIRED_CONTEXT",
-            FallbackType::InsufficientEvidence => "INSUFFICIENT_EVIDENCE",
-        }
-    }
-
-    /// The fixed SafeFallback text shown to people. It names no data of the run.
-    pub fn message(self) -> &'static str {
-        match self {
-            FallbackType::EvidenceValidationFailed => {
-                "The diagnosis was withheld because the evidence it cites could not be verified. \
-                 No conclusion is shown; review the investigation or run it again."
-            }
-            FallbackType::SemanticUnsupported => {
-                "The diagnosis was withheld because a review found that the verified evidence does \
-                 not support it. The verified sources that were reviewed are listed."
-            }
-            FallbackType::SemanticUnavailable => {
-                "The diagnosis was withheld because its review could not be completed. The verified \
-                 sources are listed; try again later or review them yourself."
-            }
-            FallbackType::MissingRequiredContext => {
-                "The investigation could not start because required context is missing. Provide \
-                 the information listed and ask again."
-            }
-            FallbackType::InsufficientEvidence => {
-                "The investigation ended without enough evidence for a conclusion. The checks that \
-                 were completed are listed as observed facts."
-            }
-        }
-    }
-}
 
 /// The release result: always exactly these eight keys.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

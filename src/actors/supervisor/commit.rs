@@ -4,8 +4,7 @@
 
 use actix::{ActorContext, ActorFutureExt, AsyncContext, Context, WrapFuture};
 
-use super::{Lock, Phase, RunSupervisor};
-use crate::actors::registry::RunEnded;
+use super::{Lock, RunEvent, RunNotice, RunSupervisor, Stage};
 use crate::actors::{ReleaseError, Released};
 use crate::domain::audit::{millis, AttemptOutcome, AuditEnd, CancelSource, ModelAttempt};
 use crate::domain::json;
@@ -17,11 +16,15 @@ impl RunSupervisor {
     /// Cancel, by any route, while the lock is held and the decision runs (or before it).
     pub(super) fn cancelled(&mut self, source: CancelSource, ctx: &mut Context<Self>) {
         tracing::info!(run_id = %self.run_id, source = source.as_str(), "release cancelled");
-        if let Some(handle) = self.step.take() {
+        let (step, attempt) = match self.deciding() {
+            Some(deciding) => (deciding.step.take(), deciding.attempt.take()),
+            None => (None, None),
+        };
+        if let Some(handle) = step {
             ctx.cancel_future(handle);
         }
         self.stop_children(true);
-        if let Some((started, at)) = self.attempt_in_flight.take() {
+        if let Some((started, at)) = attempt {
             let attempt = ModelAttempt {
                 role: started.role,
                 attempt: started.attempt,
@@ -45,7 +48,7 @@ impl RunSupervisor {
     /// can never store, so it stops now.
     pub(super) fn lock_lost(&mut self, ctx: &mut Context<Self>) {
         tracing::warn!(run_id = %self.run_id, "the release lost its lock; nothing is stored");
-        if let Some(handle) = self.step.take() {
+        if let Some(handle) = self.deciding().and_then(|deciding| deciding.step.take()) {
             ctx.cancel_future(handle);
         }
         self.stop_children(true);
@@ -61,7 +64,7 @@ impl RunSupervisor {
         cancel: Option<CancelSource>,
         ctx: &mut Context<Self>,
     ) {
-        self.phase = Phase::Committing;
+        self.stage = Stage::Ending;
         let total = self.began.elapsed();
         let cancelled = ReleaseResult::cancelled(&self.run_id);
         let (json, cancelled_json) = match (
@@ -142,9 +145,10 @@ impl RunSupervisor {
     pub(super) fn forget(&mut self) {
         if !self.forgotten {
             self.forgotten = true;
-            self.registry.do_send(RunEnded {
+            self.owner.do_send(RunNotice {
                 run_id: self.run_id.clone(),
                 supervisor: self.id,
+                event: RunEvent::Ended,
             });
         }
     }
@@ -155,7 +159,7 @@ impl RunSupervisor {
         answer: Result<Released, ReleaseError>,
         ctx: &mut Context<Self>,
     ) {
-        self.phase = Phase::Committing;
+        self.stage = Stage::Ending;
         // The registry forgets the run before the caller hears the answer: a retry that
         // follows at once starts a new release (which finds what is stored) instead of
         // meeting this one while it frees its lock.

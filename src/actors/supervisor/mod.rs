@@ -1,66 +1,85 @@
 //! The RunSupervisor: one per release, the run's state machine.
 //!
 //! begin (one script: stored result? lock taken? cancel marker? then the calls list and
-//! the records) → EvidenceGuard (its actor) → Repair → EvidenceGuard →
-//! SemanticGuard → decision → fenced commit (one script: result or CANCELLED, audit,
-//! unlock, only while this release still holds the lock) → reply.
+//! the records) → EvidenceGuard (the domain's pure decision, called here) → Repair →
+//! EvidenceGuard → SemanticGuard → decision → fenced commit (one script: result or
+//! CANCELLED, audit, unlock, only while this release still holds the lock) → reply.
 //!
 //! Each step is one future spawned in this actor's context; its answer comes back to a
-//! method of the actor, which alone changes the run's state (audit, lock, phase) and starts
-//! the next step. `Cancel` drops the step in progress, aborts the children's pending model
-//! calls and commits CANCELLED. The registry renews the lease and polls the marker;
+//! method of the actor, which alone changes the run's state (audit, lock, [`Stage`]) and
+//! starts the next step. `Cancel` drops the step in progress, aborts the children's pending
+//! model calls and commits CANCELLED. The registry renews the lease and polls the marker;
 //! `LockLost` from it ends the release with nothing stored. Once the commit is sent a
 //! Cancel changes nothing here: the commit itself checks the marker.
 //!
 //! The state and its messages live here; `steps` holds the decision's steps (begin with the
 //! load, EvidenceGuard, Repair, SemanticGuard) and `commit` how a release ends (Cancel, a lost
-//! lock, the fenced commit, the answer).
+//! lock, the fenced commit, the answer). The supervisor tells the registry that started it
+//! what it needs to know through [`RunNotice`], defined here, so it does not import the
+//! registry.
 
 mod commit;
 mod steps;
+#[cfg(test)]
+pub(super) mod tests;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{
-    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, SpawnHandle, WrapFuture,
+    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, Recipient, SpawnHandle,
+    WrapFuture,
 };
 use tokio::sync::oneshot;
 
-use super::attempt::{AttemptContext, ModelJob};
+use super::attempt::{AttemptContext, AttemptRecorded, AttemptStarted, CheckMarker, ModelJob};
 use super::budget::BudgetActor;
-use super::evidence_guard::EvidenceGuardActor;
-use super::registry::RunRegistry;
 use super::repair::RepairActor;
 use super::semantic_guard::SemanticGuardActor;
-use super::{AbortChild, Harness, ReleaseError, ReleaseRequest, Released, StopChild};
-use crate::domain::audit::{Audit, BudgetUse, CancelSource, ModelAttempt, ModelRole};
+use super::{Harness, ReleaseError, ReleaseRequest, Released, StopChild};
+use crate::domain::audit::{Audit, BudgetUse, CancelSource, ModelRole};
 use crate::domain::evidence_guard::RunEvidence;
 use crate::domain::release::DraftInput;
-use crate::store::Reading;
+use crate::store::{Reading, RecordLimits};
 use crate::telemetry;
 
-/// The run's children, each started when the release first needs it (a replayed or
-/// refused release starts none, a deterministic one only the EvidenceGuard) and all
-/// stopped with the supervisor.
+/// The run's children, each started when the release first needs it (a replayed, refused
+/// or deterministic release starts none) and all stopped with the supervisor.
 #[derive(Default)]
 struct Children {
-    evidence_guard: Option<Addr<EvidenceGuardActor>>,
     repair: Option<Addr<RepairActor>>,
     semantic: Option<Addr<SemanticGuardActor>>,
     budget: Option<Addr<BudgetActor>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Not started yet.
-    Idle,
-    /// The begin script is out; a Cancel is remembered and applied once it answers.
-    Beginning,
+/// Where the release is. What only one stage needs lives in its variant.
+enum Stage {
+    /// From the start until the begin script answers: the request, and a Cancel that
+    /// arrived meanwhile (applied once the script answers).
+    Beginning {
+        request: ReleaseRequest,
+        cancel: Option<CancelSource>,
+    },
     /// The lock is held and the decision runs; a Cancel aborts it.
-    Deciding,
-    /// The fenced commit is out (or the answer is given); Cancel is too late here.
-    Committing,
+    Deciding(Deciding),
+    /// The fenced commit is out, or the answer is given; a Cancel is too late here.
+    Ending,
+}
+
+/// What the decision needs while it runs.
+struct Deciding {
+    /// The operator's question, for the judge.
+    query: String,
+    /// The run's evidence as loaded, until the judge (a parked release keeps only what it
+    /// releases).
+    evidence: Option<Arc<RunEvidence>>,
+    /// A repair ran: the marker the begin script read is no longer fresh, and no second
+    /// repair.
+    repaired: bool,
+    /// The step in progress; cancelling it drops whatever it awaits.
+    step: Option<SpawnHandle>,
+    /// A model attempt sent and not yet recorded: on Cancel it is recorded as cancelled.
+    attempt: Option<(AttemptStarted, Instant)>,
 }
 
 /// What this release knows of the run's lock.
@@ -76,31 +95,21 @@ enum Lock {
 pub struct RunSupervisor {
     id: u64,
     run_id: String,
-    request: Option<ReleaseRequest>,
     harness: Harness,
-    registry: Addr<RunRegistry>,
+    /// The registry that started this release, told when the lock is taken and when the
+    /// release is over.
+    owner: Recipient<RunNotice>,
+    /// The same registry, which reads cancel markers for the run's model-calling children.
+    markers: Recipient<CheckMarker>,
     /// This release's lock token (from the registry, which renews the lease with it).
     token: String,
     lock: Lock,
     audit: Audit,
     began: Instant,
-    phase: Phase,
-    /// A cancel that arrived while the begin script was out.
-    cancel_requested: Option<CancelSource>,
-    /// The step in progress; cancelling it drops whatever it awaits.
-    step: Option<SpawnHandle>,
+    stage: Stage,
     /// Who waits for the answer (the registry's caller). Dropping it answers nothing.
     reply: Option<oneshot::Sender<Result<Released, ReleaseError>>>,
     children: Children,
-    /// A model attempt sent and not yet recorded: on Cancel it is recorded as cancelled.
-    attempt_in_flight: Option<(AttemptStarted, Instant)>,
-    /// The operator's question, for the judge.
-    query: String,
-    /// The run's evidence as loaded, shared with the EvidenceGuard actor (never copied).
-    evidence: Option<Arc<RunEvidence>>,
-    /// A repair ran: the marker the begin script read is no longer fresh, and no second
-    /// repair.
-    repaired: bool,
     /// The registry was told the release is over.
     forgotten: bool,
 }
@@ -111,7 +120,7 @@ impl RunSupervisor {
         request: ReleaseRequest,
         token: String,
         harness: Harness,
-        registry: Addr<RunRegistry>,
+        (owner, markers): (Recipient<RunNotice>, Recipient<CheckMarker>),
     ) -> Self {
         let mut audit = Audit::new(&request.run_id, request.stop_reason);
         let limits = harness.config.budget_limits();
@@ -124,31 +133,34 @@ impl RunSupervisor {
         RunSupervisor {
             id,
             run_id: request.run_id.clone(),
-            request: Some(request),
             harness,
-            registry,
+            owner,
+            markers,
             token,
             lock: Lock::None,
             audit,
             began: Instant::now(),
-            phase: Phase::Idle,
-            cancel_requested: None,
-            step: None,
+            stage: Stage::Beginning {
+                request,
+                cancel: None,
+            },
             reply: None,
             children: Children::default(),
-            attempt_in_flight: None,
-            query: String::new(),
-            evidence: None,
-            repaired: false,
             forgotten: false,
         }
     }
 
-    fn evidence_guard(&mut self) -> Addr<EvidenceGuardActor> {
-        self.children
-            .evidence_guard
-            .get_or_insert_with(|| EvidenceGuardActor.start())
-            .clone()
+    /// The decision's state, when the release is deciding.
+    fn deciding(&mut self) -> Option<&mut Deciding> {
+        match &mut self.stage {
+            Stage::Deciding(deciding) => Some(deciding),
+            Stage::Beginning { .. } | Stage::Ending => None,
+        }
+    }
+
+    /// The bounds on reading the agent's records, from `evidence.*`.
+    fn record_limits(&self) -> RecordLimits {
+        super::record_limits(&self.harness.config)
     }
 
     /// What a model-calling child needs, with its role's `settings` (the run's one Budget
@@ -171,7 +183,7 @@ impl RunSupervisor {
             run_id: self.run_id.clone(),
             client,
             gate: self.harness.gate.clone(),
-            markers: self.registry.clone().recipient(),
+            markers: self.markers.clone(),
             budget,
             started: ctx.address().recipient(),
             recorded: ctx.address().recipient(),
@@ -205,16 +217,27 @@ impl RunSupervisor {
         self.children.semantic.clone()
     }
 
+    /// Stops every child started; with `abort`, their pending model calls are dropped first.
     fn stop_children(&mut self, abort: bool) {
-        let children = std::mem::take(&mut self.children);
-        tell(children.evidence_guard, abort);
-        tell(children.budget, abort);
-        tell(children.repair, abort);
-        tell(children.semantic, abort);
+        let Children {
+            repair,
+            semantic,
+            budget,
+        } = std::mem::take(&mut self.children);
+        let stop = StopChild { abort };
+        if let Some(child) = budget {
+            child.do_send(stop);
+        }
+        if let Some(child) = repair {
+            child.do_send(stop);
+        }
+        if let Some(child) = semantic {
+            child.do_send(stop);
+        }
     }
 
     /// Spawns one step of the release; its output goes to `then`, unless a Cancel or a
-    /// lost lock drops it first.
+    /// lost lock drops it first (only a deciding release's steps can be dropped).
     fn spawn_step<T: 'static>(
         &mut self,
         ctx: &mut Context<Self>,
@@ -222,23 +245,14 @@ impl RunSupervisor {
         then: fn(&mut Self, T, &mut Context<Self>),
     ) {
         let handle = ctx.spawn(work.into_actor(self).map(move |output, actor, ctx| {
-            actor.step = None;
+            if let Some(deciding) = actor.deciding() {
+                deciding.step = None;
+            }
             then(actor, output, ctx);
         }));
-        self.step = Some(handle);
-    }
-}
-
-/// Stops a child that was started: `AbortChild` drops its pending model call first.
-fn tell<A>(child: Option<Addr<A>>, abort: bool)
-where
-    A: Handler<AbortChild> + Handler<StopChild>,
-    A::Context: actix::dev::ToEnvelope<A, AbortChild> + actix::dev::ToEnvelope<A, StopChild>,
-{
-    match (child, abort) {
-        (Some(child), true) => child.do_send(AbortChild),
-        (Some(child), false) => child.do_send(StopChild),
-        (None, _) => {}
+        if let Some(deciding) = self.deciding() {
+            deciding.step = Some(handle);
+        }
     }
 }
 
@@ -267,35 +281,39 @@ pub struct Cancel(pub CancelSource);
 #[rtype(result = "()")]
 pub struct LockLost;
 
-/// Sent by a model-calling child just before a request goes out.
-#[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "()")]
-pub struct AttemptStarted {
-    pub role: ModelRole,
-    pub attempt: u32,
-    pub request_bytes: u64,
-}
-
-/// Sent by a model-calling child when an attempt ended or was denied: for the audit and
-/// the metrics, with the run's budget use after it.
+/// Sent by a supervisor to the registry that started it.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
-pub struct AttemptRecorded {
-    pub attempt: ModelAttempt,
-    pub budget: BudgetUse,
+pub struct RunNotice {
+    pub run_id: String,
+    /// Which release of the run (a later one of the same run has another id).
+    pub supervisor: u64,
+    pub event: RunEvent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEvent {
+    /// The begin script took the run's lock: renew its lease from now on.
+    LockTaken,
+    /// The release is over: forget the run.
+    Ended,
 }
 
 impl Handler<AttemptStarted> for RunSupervisor {
     type Result = ();
     fn handle(&mut self, msg: AttemptStarted, _: &mut Self::Context) {
-        self.attempt_in_flight = Some((msg, Instant::now()));
+        if let Some(deciding) = self.deciding() {
+            deciding.attempt = Some((msg, Instant::now()));
+        }
     }
 }
 
 impl Handler<AttemptRecorded> for RunSupervisor {
     type Result = ();
     fn handle(&mut self, msg: AttemptRecorded, _: &mut Self::Context) {
-        self.attempt_in_flight = None;
+        if let Some(deciding) = self.deciding() {
+            deciding.attempt = None;
+        }
         let a = &msg.attempt;
         telemetry::model_attempt(
             a.role,
@@ -320,12 +338,12 @@ impl Handler<AttemptRecorded> for RunSupervisor {
 impl Handler<Cancel> for RunSupervisor {
     type Result = ();
     fn handle(&mut self, msg: Cancel, ctx: &mut Self::Context) {
-        match self.phase {
-            Phase::Idle | Phase::Beginning => {
-                self.cancel_requested.get_or_insert(msg.0);
+        match &mut self.stage {
+            Stage::Beginning { cancel, .. } => {
+                cancel.get_or_insert(msg.0);
             }
-            Phase::Deciding => self.cancelled(msg.0, ctx),
-            Phase::Committing => {}
+            Stage::Deciding(_) => self.cancelled(msg.0, ctx),
+            Stage::Ending => {}
         }
     }
 }
@@ -333,7 +351,7 @@ impl Handler<Cancel> for RunSupervisor {
 impl Handler<LockLost> for RunSupervisor {
     type Result = ();
     fn handle(&mut self, _: LockLost, ctx: &mut Self::Context) {
-        if self.phase == Phase::Deciding && self.lock == Lock::Held {
+        if matches!(self.stage, Stage::Deciding(_)) && self.lock == Lock::Held {
             self.lock_lost(ctx);
         }
     }
@@ -352,16 +370,19 @@ impl RunSupervisor {
 
     /// Starts the release (when the actor starts): the begin script.
     fn begin(&mut self, ctx: &mut Context<Self>) {
-        self.phase = Phase::Beginning;
         self.audit.timings.started_at = chrono::Utc::now().to_rfc3339();
         // The begin script also reads the run, for the Draft's citations: a release that
         // takes the lock has its evidence in the same round trip.
-        let cited = match &self.request {
-            Some(ReleaseRequest {
-                stop_reason,
-                draft: DraftInput::Parsed(d),
+        let cited = match &self.stage {
+            Stage::Beginning {
+                request:
+                    ReleaseRequest {
+                        stop_reason,
+                        draft: DraftInput::Parsed(d),
+                        ..
+                    },
                 ..
-            }) if !stop_reason.is_controlled_stop() => d.cited_call_ids(),
+            } if !stop_reason.is_controlled_stop() => d.cited_call_ids(),
             _ => Vec::new(),
         };
         let store = self.harness.store.clone();
@@ -371,7 +392,7 @@ impl RunSupervisor {
         let (lease, max_calls, limits) = (
             config.lock_lease(),
             config.progress.max_calls,
-            config.record_limits(),
+            self.record_limits(),
         );
         let begin = async move {
             let reading = Reading {

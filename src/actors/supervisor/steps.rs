@@ -3,30 +3,41 @@
 //! and SemanticGuard.
 //! Each step's answer comes back to the next method here; every step ends in
 //! [`RunSupervisor::commit`] or [`RunSupervisor::finish`] (`commit.rs`).
+//!
+//! EvidenceGuard is the domain's pure decision ([`release::begin`],
+//! [`release::after_repair_reusing`]), called here: it needs no actor of its own, as it
+//! holds no state and awaits nothing.
 
 use std::sync::Arc;
 
 use actix::Context;
 
 use super::commit::replay;
-use super::{tell, Lock, Phase, RunSupervisor};
-use crate::actors::evidence_guard::{CheckDraft, CheckRepair, Checked};
-use crate::actors::registry::LockTaken;
+use super::{Deciding, Lock, RunEvent, RunNotice, RunSupervisor, Stage};
 use crate::actors::repair::RepairDraft;
 use crate::actors::semantic_guard::Judge;
-use crate::actors::{ReleaseError, StepOutcome};
+use crate::actors::{ReleaseError, ReleaseRequest, StepOutcome};
 use crate::domain::audit::{CancelSource, RepairAudit};
 use crate::domain::draft::Draft;
 use crate::domain::evidence_guard::{ResolvedRun, RunEvidence, Violation};
-use crate::domain::release::{after_judgement, Judgeable, Judgement, ReleaseResult, Step};
+use crate::domain::release::{
+    self, after_judgement, Judgeable, Judgement, ReleaseResult, RepairFailure, Step,
+};
 use crate::model::prompts::UsableCallRef;
 use crate::store::{lock_holder, Begin, StoreError};
 
-/// How the repair step ended: cancelled, or the EvidenceGuard's decision on the candidate
-/// (with the evidence, completed with the records the candidate cites).
+/// How the repair call ended: cancelled, or a candidate (or why there is none) with what
+/// EvidenceGuard needs to decide on it: the original, the run as judged for it, and the
+/// evidence completed with the records the candidate cites.
+#[allow(clippy::large_enum_variant)] // moved once, from the repair step to `repaired`
 enum Repaired {
     Cancelled(CancelSource),
-    Checked(Box<Checked>, Arc<RunEvidence>),
+    Candidate {
+        candidate: Result<Draft, RepairFailure>,
+        original: Draft,
+        judged: Box<ResolvedRun>,
+        evidence: Arc<RunEvidence>,
+    },
 }
 
 impl RunSupervisor {
@@ -50,64 +61,63 @@ impl RunSupervisor {
                 self.lock_taken();
                 self.cancelled(CancelSource::Marker, ctx);
             }
-            Ok(Begin::Taken(evidence)) => {
-                self.lock_taken();
-                match self.cancel_requested.take() {
-                    Some(source) => self.cancelled(source, ctx),
-                    None => self.decide(*evidence, ctx),
-                }
-            }
+            Ok(Begin::Taken(evidence)) => match self.lock_taken() {
+                Some((_, Some(source))) => self.cancelled(source, ctx),
+                Some((request, None)) => self.decide(request, *evidence, ctx),
+                None => self.finish(
+                    Err(ReleaseError::Internal("the release has no request".into())),
+                    ctx,
+                ),
+            },
         }
     }
 
-    /// The begin script took the lock: the registry renews its lease from now on.
-    fn lock_taken(&mut self) {
+    /// The begin script took the lock: the release is deciding, and the registry renews its
+    /// lease from now on. Answers the request and a Cancel that arrived while beginning.
+    fn lock_taken(&mut self) -> Option<(ReleaseRequest, Option<CancelSource>)> {
         self.lock = Lock::Held;
-        self.phase = Phase::Deciding;
-        self.registry.do_send(LockTaken {
+        self.owner.do_send(RunNotice {
             run_id: self.run_id.clone(),
             supervisor: self.id,
+            event: RunEvent::LockTaken,
         });
+        let deciding = Stage::Deciding(Deciding {
+            query: String::new(),
+            evidence: None,
+            repaired: false,
+            step: None,
+            attempt: None,
+        });
+        match std::mem::replace(&mut self.stage, deciding) {
+            Stage::Beginning { request, cancel } => Some((request, cancel)),
+            Stage::Deciding(_) | Stage::Ending => None,
+        }
     }
 
     /// The evidence is in (read with the lock): EvidenceGuard decides the first step.
-    fn decide(&mut self, evidence: RunEvidence, ctx: &mut Context<Self>) {
-        let Some(request) = self.request.take() else {
-            return self.finish(
-                Err(ReleaseError::Internal("the release has no request".into())),
-                ctx,
-            );
-        };
-        let evidence = Arc::new(evidence);
-        self.evidence = Some(evidence.clone());
-        self.query = request.query;
-        let checked = self.evidence_guard().send(CheckDraft {
-            run_id: self.run_id.clone(),
-            stop_reason: request.stop_reason,
-            draft: request.draft,
-            evidence,
-            policy: self.harness.config.release_policy(),
-        });
-        self.spawn_step(ctx, checked, Self::checked);
-    }
-
-    /// EvidenceGuard decided (first, or after the repair).
-    fn checked(&mut self, checked: Result<Checked, actix::MailboxError>, ctx: &mut Context<Self>) {
-        match checked {
-            Ok(Checked { step, notes }) => {
-                self.audit.absorb(notes);
-                self.next(step, ctx);
-            }
-            Err(e) => self.finish(Err(mailbox(e)), ctx),
+    fn decide(&mut self, request: ReleaseRequest, evidence: RunEvidence, ctx: &mut Context<Self>) {
+        let ReleaseRequest {
+            query,
+            stop_reason,
+            draft,
+            ..
+        } = request;
+        let policy = self.harness.config.release_policy();
+        let step = release::begin(stop_reason, draft, &evidence, &policy, &mut self.audit);
+        if let Some(deciding) = self.deciding() {
+            deciding.query = query;
+            deciding.evidence = Some(Arc::new(evidence));
         }
+        self.next(step, ctx);
     }
 
     fn next(&mut self, step: Step, ctx: &mut Context<Self>) {
+        let repaired = self.deciding().is_some_and(|d| d.repaired);
         match step {
             Step::Finish(result) => self.commit(result, None, ctx),
             Step::Judge(judged) => self.judge(Arc::from(judged), ctx),
             // after_repair never asks for a second repair; fail closed if it ever did.
-            Step::Repair { .. } if self.repaired => {
+            Step::Repair { .. } if repaired => {
                 let result = ReleaseResult::evidence_validation_failed(&self.run_id);
                 self.commit(result, None, ctx);
             }
@@ -127,8 +137,10 @@ impl RunSupervisor {
         judged: Box<ResolvedRun>,
         ctx: &mut Context<Self>,
     ) {
-        self.repaired = true;
-        let Some(evidence) = self.evidence.take() else {
+        let Some(evidence) = self.deciding().and_then(|d| {
+            d.repaired = true;
+            d.evidence.take()
+        }) else {
             return self.finish(
                 Err(ReleaseError::Internal("the release has no evidence".into())),
                 ctx,
@@ -139,7 +151,6 @@ impl RunSupervisor {
             let result = ReleaseResult::evidence_validation_failed(&self.run_id);
             return self.commit(result, None, ctx);
         };
-        let evidence_guard = self.evidence_guard();
         let usable = judged
             .usable_in_call_order()
             .into_iter()
@@ -150,9 +161,7 @@ impl RunSupervisor {
             })
             .collect();
         let store = self.harness.store.clone();
-        let config = self.harness.config.clone();
-        let run_id = self.run_id.clone();
-        let stop_reason = self.audit.stop_reason;
+        let limits = self.record_limits();
         let work = async move {
             let asked = RepairDraft {
                 draft: draft.clone(),
@@ -170,33 +179,43 @@ impl RunSupervisor {
                     .complete_evidence(
                         Arc::make_mut(&mut evidence),
                         &candidate.cited_call_ids(),
-                        config.record_limits(),
+                        limits,
                     )
                     .await?;
             }
-            let checked = evidence_guard
-                .send(CheckRepair {
-                    run_id,
-                    stop_reason,
-                    original: draft,
-                    candidate,
-                    evidence: evidence.clone(),
-                    judged,
-                    policy: config.release_policy(),
-                })
-                .await
-                .map_err(mailbox)?;
-            Ok(Repaired::Checked(Box::new(checked), evidence))
+            Ok(Repaired::Candidate {
+                candidate,
+                original: draft,
+                judged,
+                evidence,
+            })
         };
         self.spawn_step(ctx, work, Self::repaired);
     }
 
+    /// The repair answered: EvidenceGuard decides on its candidate.
     fn repaired(&mut self, repaired: Result<Repaired, ReleaseError>, ctx: &mut Context<Self>) {
         match repaired {
             Ok(Repaired::Cancelled(source)) => self.cancelled(source, ctx),
-            Ok(Repaired::Checked(checked, evidence)) => {
-                self.evidence = Some(evidence);
-                self.checked(Ok(*checked), ctx);
+            Ok(Repaired::Candidate {
+                candidate,
+                original,
+                judged,
+                evidence,
+            }) => {
+                let policy = self.harness.config.release_policy();
+                let step = release::after_repair_reusing(
+                    &original,
+                    candidate,
+                    &evidence,
+                    *judged,
+                    &policy,
+                    &mut self.audit,
+                );
+                if let Some(deciding) = self.deciding() {
+                    deciding.evidence = Some(evidence);
+                }
+                self.next(step, ctx);
             }
             Err(e) => self.finish(Err(e), ctx),
         }
@@ -205,9 +224,14 @@ impl RunSupervisor {
     /// SemanticGuard reviews the Draft against its snapshot.
     fn judge(&mut self, judged: Arc<Judgeable>, ctx: &mut Context<Self>) {
         // The evidence served EvidenceGuard and the snapshot; a parked release keeps only
-        // what it releases (and the EvidenceGuard actor has nothing left to decide).
-        self.evidence = None;
-        tell(self.children.evidence_guard.take(), false);
+        // what it releases.
+        let (query, repaired) = match self.deciding() {
+            Some(deciding) => {
+                deciding.evidence = None;
+                (std::mem::take(&mut deciding.query), deciding.repaired)
+            }
+            None => (String::new(), false),
+        };
         let Some(semantic) = self.semantic_actor(ctx) else {
             let result = after_judgement(
                 &self.run_id,
@@ -218,9 +242,9 @@ impl RunSupervisor {
             return self.commit(result, None, ctx);
         };
         let asked = semantic.send(Judge {
-            query: std::mem::take(&mut self.query),
+            query,
             judged: judged.clone(),
-            marker_read: !self.repaired,
+            marker_read: !repaired,
         });
         let work = async move { (asked.await, judged) };
         self.spawn_step(ctx, work, Self::judged);
