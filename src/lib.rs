@@ -22,12 +22,15 @@
 //!   json             the JSON text the harness writes
 //! config             typed, layered configuration, validated once at start-up
 //! telemetry          every metric name, the Prometheus recorder, tracing set-up
-//! store/             where records are read and results kept: Redis (key schema,
-//!                    scripts, locks, cancels) or memory; agent_records writes records
-//!                    as the agent's tool layer would
+//! store/             where records are read and results kept: redis/ (connection,
+//!                    scripts/*.lua and their typed arguments, answer reader, operations)
+//!                    or memory; agent_records writes records as the agent's tool layer
+//!                    would
 //! model/             the model adapter: prompts (request bytes), body (JSON writing),
-//!                    client (async-openai), envelope, verdict (strict answers)
-//! actors/            the per-run actor tree: registry (one per HTTP worker), shards,
+//!                    client (async-openai), gate (the replica's model queue, cooldown,
+//!                    circuit), envelope, verdict (strict answers)
+//! actors/            the per-run actor tree: admission (the replica's in-flight bound),
+//!                    registry (one per HTTP worker), shards,
 //!                    supervisor/ (the run's state machine: steps, commit), repair,
 //!                    semantic_guard, budget, attempt (one model attempt),
 //!                    cancel_listener (P:cancel)
