@@ -215,6 +215,18 @@ async fn a_cancel_while_the_judge_is_pending_drops_its_request_and_commits_cance
     );
 }
 
+/// A chat completion whose verdict is SUPPORTED.
+fn supported() -> ResponseTemplate {
+    let verdict = json!({"verdict": "SUPPORTED", "reason": "The logs show the pool timeouts."});
+    ResponseTemplate::new(200).set_body_json(json!({
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 1764583200,
+        "model": "judge-test",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": verdict.to_string()}}],
+        "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}
+    }))
+}
+
 /// Sets the run's cancel marker while the judge's request is being answered, then answers
 /// SUPPORTED: only the fenced commit can still see the cancel.
 struct MarkerThenSupported(Store);
@@ -222,14 +234,7 @@ struct MarkerThenSupported(Store);
 impl Respond for MarkerThenSupported {
     fn respond(&self, _: &Request) -> ResponseTemplate {
         futures::executor::block_on(self.0.cancel("r-late")).unwrap();
-        let verdict = json!({"verdict": "SUPPORTED", "reason": "The logs show the pool timeouts."});
-        ResponseTemplate::new(200).set_body_json(json!({
-            "id": "chatcmpl-test", "object": "chat.completion", "created": 1764583200,
-            "model": "judge-test",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": verdict.to_string()}}],
-            "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}
-        }))
+        supported()
     }
 }
 
@@ -261,15 +266,8 @@ async fn the_commit_stores_cancelled_when_the_marker_arrived_after_the_decision(
 async fn the_commit_stores_the_decided_result_with_its_audit() {
     let server = MockServer::start().await;
     let (harness, store) = world("r-decided", Some(&server.uri()), None);
-    let verdict = json!({"verdict": "SUPPORTED", "reason": "The logs show the pool timeouts."});
     Mock::given(wiremock::matchers::method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
-            "id": "chatcmpl-test", "object": "chat.completion", "created": 1764583200,
-            "model": "judge-test",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": verdict.to_string()}}],
-            "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}
-        })))
+        .respond_with(supported())
         .expect(1)
         .mount(&server)
         .await;
