@@ -593,13 +593,6 @@ impl Config {
     pub fn cancel_poll_interval(&self) -> Duration {
         Duration::from_millis(self.cancel.poll_interval_ms)
     }
-
-    pub fn breaker(&self) -> crate::model::gate::BreakerSettings {
-        crate::model::gate::BreakerSettings {
-            failures: self.model.circuit_failures,
-            open_for: Duration::from_millis(self.model.circuit_open_ms),
-        }
-    }
 }
 
 /// Where a value came from, for an error message: the file, or the environment.

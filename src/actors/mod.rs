@@ -108,7 +108,10 @@ impl Harness {
         };
         Ok(Harness {
             replica: replica_name(&config).into(),
-            gate: ModelGate::new(config.model.max_concurrent_calls, config.breaker()),
+            gate: ModelGate::new(
+                config.model.max_concurrent_calls,
+                crate::model::gate::BreakerSettings::of(&config.model),
+            ),
             admission: Admission::new(config.server.max_in_flight),
             config: Arc::new(config),
             store,

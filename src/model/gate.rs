@@ -34,6 +34,17 @@ pub struct BreakerSettings {
     pub open_for: Duration,
 }
 
+impl BreakerSettings {
+    /// The settings of `model.circuit_failures` and `model.circuit_open_ms` (read here, so
+    /// that the configuration does not import the model adapter).
+    pub fn of(model: &crate::config::ModelConfig) -> BreakerSettings {
+        BreakerSettings {
+            failures: model.circuit_failures,
+            open_for: Duration::from_millis(model.circuit_open_ms),
+        }
+    }
+}
+
 /// Why the gate did not let an attempt through (it sent nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
