@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it: formatting, clippy, every test against a private
 # redis-server (installed from Debian's packages if missing), the HTTP API tests a second
 # time against a private Redis Cluster (3 masters + 3 replicas), API fuzzing from the OpenAPI
-# document (schemathesis, scripts/api-fuzz.sh), the alert-rule tests (promtool), and a 30 s
+# document (schemathesis, scripts/api-fuzz.sh), the console in headless Chromium
+# (scripts/console-test.sh), the alert-rule tests (promtool), and a 30 s
 # soak scraped by a real Prometheus that checks every dashboard query.
 # Usage: scripts/test.sh   (from anywhere; a clean clone is enough)
 set -euo pipefail
@@ -34,6 +35,9 @@ HARNESS_TEST_REDIS_CLUSTER="$CLUSTER_NODES" cargo test --locked --test api
 
 echo "==> API fuzzing from the OpenAPI document (schemathesis)"
 scripts/api-fuzz.sh
+
+echo "==> the console in headless Chromium (scripts/console-test.sh)"
+scripts/console-test.sh
 
 echo "==> alert rules (promtool)"
 scripts/check-alerts.sh

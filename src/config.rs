@@ -63,6 +63,7 @@ pub struct Config {
     pub snapshot: SnapshotConfig,
     pub cancel: CancelConfig,
     pub evidence: EvidenceConfig,
+    pub decisions: DecisionsConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -308,6 +309,15 @@ pub struct EvidenceConfig {
     pub max_written_bytes: usize,
 }
 
+/// The decision stream `P:decisions` (CONTRACT §1): one entry per committed release.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionsConfig {
+    /// About how many entries the stream keeps (`XADD … MAXLEN ~ max_len`); older ones are
+    /// trimmed by Redis in whole macro nodes, so it may hold a few more.
+    pub max_len: u64,
+}
+
 /// A configuration that cannot be used, with the key at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -462,7 +472,8 @@ impl Config {
             return invalid("model.api_key", "must be printable ASCII without spaces");
         }
         let sg = &self.semantic_guard;
-        let must_be_positive: [(&'static str, u64); 28] = [
+        let must_be_positive: [(&'static str, u64); 29] = [
+            ("decisions.max_len", self.decisions.max_len),
             ("evidence.max_record_bytes", self.evidence.max_record_bytes),
             (
                 "evidence.max_release_bytes",

@@ -58,7 +58,7 @@ pub const READY: &str = "harness_ready";
 pub const HTTP_REQUESTS_TOTAL: &str = "harness_http_requests_total";
 
 /// Every `op` label the stores use, so each series exists (at zero) from start-up.
-pub const STORE_OPS: [&str; 12] = [
+pub const STORE_OPS: [&str; 14] = [
     "connect",
     "begin",
     "load",
@@ -71,6 +71,8 @@ pub const STORE_OPS: [&str; 12] = [
     "watch",
     "unlock",
     "ping",
+    "append_decision",
+    "read_decisions",
 ];
 const STORE_OPS_SUBSCRIBE: &str = "subscribe";
 

@@ -13,10 +13,12 @@ use std::time::Duration;
 use common::{redis_url, unique_prefix};
 use redis::AsyncCommands;
 use release_harness::config::Config;
+use release_harness::domain::decision::DecisionFilter;
 use release_harness::domain::evidence_guard::RunEvidence;
+use release_harness::domain::release::Outcome;
 use release_harness::store::{
-    Begin, Commit, Committed, MemoryStore, Reading, RecordLimits, RedisStore, Store, StoreError,
-    Watch, Watched,
+    Appended, Begin, Commit, Committed, DecisionEntry, MemoryStore, Reading, RecordLimits,
+    RedisStore, Store, StoreError, Watch, Watched,
 };
 
 fn config(prefix: &str) -> Config {
@@ -105,7 +107,8 @@ async fn every_script_is_sent_again_after_redis_forgot_it() {
         store
             .commit("r-1", "me/2", &commit("{\"outcome\":\"SUCCESS\"}"))
             .await
-            .unwrap(),
+            .unwrap()
+            .0,
         Committed::Decided
     );
     assert_eq!(
@@ -193,6 +196,7 @@ fn commit<'a>(result: &'a str) -> Commit<'a> {
         audit: "{\"run_id\":\"r\",\"outcome\":\"SUCCESS\"}",
         cancelled_result: "{\"outcome\":\"CANCELLED\"}",
         cancelled_audit: "{\"run_id\":\"r\",\"outcome\":\"CANCELLED\"}",
+        decision: None,
     }
 }
 
@@ -256,7 +260,7 @@ async fn the_fenced_commit_stores_result_and_audit_together_with_a_ttl_and_frees
         ));
         let ok = "{\"outcome\":\"SUCCESS\"}";
         assert_eq!(
-            store.commit("r-7", "me/1", &commit(ok)).await.unwrap(),
+            store.commit("r-7", "me/1", &commit(ok)).await.unwrap().0,
             Committed::Decided
         );
         assert_eq!(store.get_result("r-7").await.unwrap().as_deref(), Some(ok));
@@ -344,7 +348,8 @@ async fn a_release_whose_lock_was_taken_over_or_expired_cannot_store() {
         redis_store
             .commit("r-2", "a/1", &commit("{}"))
             .await
-            .unwrap(),
+            .unwrap()
+            .0,
         Committed::LockLost { stored: None }
     );
     assert_eq!(redis_store.get_result("r-2").await.unwrap(), None);
@@ -358,7 +363,8 @@ async fn a_release_whose_lock_was_taken_over_or_expired_cannot_store() {
         redis_store
             .commit("r-2", "a/1", &commit("{\"by\":\"a\"}"))
             .await
-            .unwrap(),
+            .unwrap()
+            .0,
         Committed::LockLost {
             stored: Some("{\"by\":\"b\"}".into())
         }
@@ -373,7 +379,8 @@ async fn a_release_whose_lock_was_taken_over_or_expired_cannot_store() {
         redis_store
             .commit("r-3", "a/1", &commit("{}"))
             .await
-            .unwrap(),
+            .unwrap()
+            .0,
         Committed::LockLost { stored: None }
     );
     assert_eq!(redis_store.get_result("r-3").await.unwrap(), None);
@@ -389,7 +396,8 @@ async fn a_marker_present_at_the_commit_stores_cancelled_instead() {
             store
                 .commit("r-4", "a/1", &commit("{\"outcome\":\"SUCCESS\"}"))
                 .await
-                .unwrap(),
+                .unwrap()
+                .0,
             Committed::Cancelled
         );
         assert_eq!(
@@ -759,4 +767,95 @@ async fn hostile_calls_lists_give_the_same_evidence_from_redis_and_from_memory()
     assert!(all.records.contains_key("c\u{a0}"));
     assert!(all.records.contains_key(&"é".repeat(128)));
     assert!(!all.records.contains_key(&over_long));
+}
+
+/// A decision entry's flat fields for `run` with `outcome`.
+fn entry(run: &str, outcome: &str) -> Vec<String> {
+    [
+        "run_id",
+        run,
+        "outcome",
+        outcome,
+        "fallback_type",
+        "none",
+        "verdict",
+        "none",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[actix_rt::test]
+async fn a_commit_appends_its_stored_result_s_decision_once_in_both_stores() {
+    let prefix = unique_prefix("decisions");
+    for store in stores(&prefix) {
+        let (decided, cancelled) = (entry("r-d", "SUCCESS"), entry("r-d", "CANCELLED"));
+        let with_entry = |result| Commit {
+            decision: Some(DecisionEntry {
+                max_len: 1000,
+                decided: &decided,
+                cancelled: &cancelled,
+            }),
+            ..commit(result)
+        };
+        begin(&store, "r-d", "me/1").await;
+        let (committed, appended) = store
+            .commit("r-d", "me/1", &with_entry("{\"outcome\":\"SUCCESS\"}"))
+            .await
+            .unwrap();
+        assert_eq!((committed, appended), (Committed::Decided, Appended::Done));
+        // Stored already: the commit answers it and appends nothing.
+        assert!(matches!(
+            begin(&store, "r-d", "me/2").await,
+            Begin::Stored(_)
+        ));
+        // A marker at the commit: the CANCELLED entry goes with the CANCELLED result.
+        let (decided_x, cancelled_x) = (entry("r-x", "SUCCESS"), entry("r-x", "CANCELLED"));
+        begin(&store, "r-x", "me/1").await;
+        store.cancel("r-x").await.unwrap();
+        let (committed, _) = store
+            .commit(
+                "r-x",
+                "me/1",
+                &Commit {
+                    decision: Some(DecisionEntry {
+                        max_len: 1000,
+                        decided: &decided_x,
+                        cancelled: &cancelled_x,
+                    }),
+                    ..commit("{}")
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(committed, Committed::Cancelled);
+        // Lost: nothing stored, nothing appended.
+        let lost = store
+            .commit("r-d", "me/1", &with_entry("{}"))
+            .await
+            .unwrap()
+            .0;
+        assert!(matches!(lost, Committed::LockLost { .. }));
+
+        let page = store
+            .decisions(10, None, DecisionFilter::default())
+            .await
+            .unwrap();
+        let runs: Vec<(&str, &str)> = page
+            .decisions
+            .iter()
+            .map(|d| (d.run_id.as_str(), d.outcome.as_str()))
+            .collect();
+        assert_eq!(runs, [("r-x", "CANCELLED"), ("r-d", "SUCCESS")]);
+        let only = DecisionFilter {
+            outcome: Some(Outcome::Success),
+            fallback_type: None,
+        };
+        let page = store.decisions(10, None, only).await.unwrap();
+        assert_eq!(page.decisions.len(), 1);
+        assert_eq!(page.decisions[0].run_id, "r-d");
+        let (recent, more) = store.decisions_since(0, 1).await.unwrap();
+        assert_eq!((recent.len(), more), (1, true));
+    }
 }

@@ -196,6 +196,49 @@ pub struct Released {
     pub json: String,
     /// True when this is a stored result returned again (no new release ran).
     pub replayed: bool,
+    /// Where the release's time went (the answer's `Server-Timing`).
+    pub times: StepTimes,
+}
+
+/// Where a release's time went, for the `Server-Timing` header of its answer (CONTRACT
+/// §3). A replayed result spent it all in `evidence` (the begin script found it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepTimes {
+    /// The begin script (lock, marker, the run's records) and EvidenceGuard.
+    pub evidence: std::time::Duration,
+    /// The one repair call and EvidenceGuard on its candidate.
+    pub repair: std::time::Duration,
+    /// SemanticGuard, every attempt.
+    pub judge: std::time::Duration,
+    /// The fenced commit.
+    pub commit: std::time::Duration,
+    /// The harness's own time: the whole release less the time spent waiting on the model.
+    pub harness: std::time::Duration,
+}
+
+impl StepTimes {
+    /// The `Server-Timing` value: `evidence;dur=1.234, repair;dur=0, …` in milliseconds.
+    pub fn header(&self) -> String {
+        use std::fmt::Write;
+        let mut header = String::with_capacity(96);
+        for (i, (name, d)) in [
+            ("evidence", self.evidence),
+            ("repair", self.repair),
+            ("judge", self.judge),
+            ("commit", self.commit),
+            ("harness", self.harness),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if i > 0 {
+                header.push_str(", ");
+            }
+            let micros = d.as_micros();
+            let _ = write!(header, "{name};dur={}.{:03}", micros / 1000, micros % 1000);
+        }
+        header
+    }
 }
 
 /// How a model step ended for the supervisor.
@@ -228,4 +271,25 @@ fn actor_stopped() {
 #[rtype(result = "()")]
 pub struct StopChild {
     pub abort: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn server_timing_names_every_step_in_milliseconds() {
+        let times = StepTimes {
+            evidence: Duration::from_micros(1234),
+            repair: Duration::ZERO,
+            judge: Duration::from_millis(250),
+            commit: Duration::from_micros(7),
+            harness: Duration::from_micros(1500),
+        };
+        assert_eq!(
+            times.header(),
+            "evidence;dur=1.234, repair;dur=0.000, judge;dur=250.000, commit;dur=0.007, harness;dur=1.500"
+        );
+    }
 }

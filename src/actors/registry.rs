@@ -37,6 +37,8 @@ struct InFlightRun {
     renewed_at: Instant,
     /// Its place under `server.max_in_flight`, freed when the run is forgotten.
     _admitted: super::Admitted,
+    /// When the release started here (the console's runs in flight).
+    started: Instant,
 }
 
 pub struct RunRegistry {
@@ -192,6 +194,41 @@ pub struct WatchNow;
 #[rtype(result = "usize")]
 pub struct InFlight;
 
+/// A release in flight here, as the console lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RunInFlight {
+    pub run_id: String,
+    /// Milliseconds since the release started.
+    pub running_ms: u64,
+    /// Whether the release holds the run's lock (false: its begin script is still out).
+    pub lock_held: bool,
+}
+
+/// Which releases are in flight here (the console): at most `max` of them, oldest first.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Vec<RunInFlight>")]
+pub struct RunsInFlight {
+    pub max: usize,
+}
+
+impl Handler<RunsInFlight> for RunRegistry {
+    type Result = MessageResult<RunsInFlight>;
+    fn handle(&mut self, msg: RunsInFlight, _: &mut Self::Context) -> Self::Result {
+        let mut runs: Vec<RunInFlight> = self
+            .runs
+            .iter()
+            .map(|(run_id, run)| RunInFlight {
+                run_id: run_id.clone(),
+                running_ms: run.started.elapsed().as_millis() as u64,
+                lock_held: run.held,
+            })
+            .collect();
+        runs.sort_by_key(|run| std::cmp::Reverse(run.running_ms));
+        runs.truncate(msg.max);
+        MessageResult(runs)
+    }
+}
+
 /// Sent on shutdown: refuse new releases from now on. Answers the releases still in flight.
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "usize")]
@@ -224,6 +261,7 @@ impl Handler<StartRelease> for RunRegistry {
         // The supervisor runs once the caller's reply is handed to it (`Starting::handle`);
         // its address exists before, so that the run is registered first.
         let context = Context::new();
+        let now = Instant::now();
         self.runs.insert(
             run_id,
             InFlightRun {
@@ -231,8 +269,9 @@ impl Handler<StartRelease> for RunRegistry {
                 addr: context.address(),
                 token: token.clone(),
                 held: false,
-                renewed_at: Instant::now(),
+                renewed_at: now,
                 _admitted: admitted,
+                started: now,
             },
         );
         let owners = (ctx.address().recipient(), ctx.address().recipient());

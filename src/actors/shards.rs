@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::Addr;
 
-use super::registry::{CancelRun, Drain, InFlight, PingStore, RunRegistry, WatchNow};
+use super::registry::{
+    CancelRun, Drain, InFlight, PingStore, RunInFlight, RunRegistry, RunsInFlight, WatchNow,
+};
 use crate::domain::audit::CancelSource;
 use crate::store::StoreError;
 
@@ -83,6 +85,17 @@ impl Shards {
             total += shard.send(InFlight).await.unwrap_or(0);
         }
         total
+    }
+
+    /// The releases in flight on all shards, at most `max`, oldest first.
+    pub async fn runs_in_flight(&self, max: usize) -> Vec<RunInFlight> {
+        let mut runs = Vec::new();
+        for shard in self.all() {
+            runs.extend(shard.send(RunsInFlight { max }).await.unwrap_or_default());
+        }
+        runs.sort_by_key(|run| std::cmp::Reverse(run.running_ms));
+        runs.truncate(max);
+        runs
     }
 
     /// Every shard refuses new releases from now on; answers the releases in flight.

@@ -1,7 +1,8 @@
 //! The audit record (CONTRACT §4): the operators' account of one release.
 //!
-//! It may name call ids, rules and the guard's reason, never raw responses or evidence
-//! text. The domain fills in what it decides; the actors add model attempts, budget use,
+//! It may name call ids, rules and the guard's reason, and (in its bounded [`RunView`]) the
+//! operator's question, the Draft and the verified evidence the judge read: never raw
+//! responses. The domain fills in what it decides; the actors add model attempts, budget use,
 //! timings and how a cancel arrived. Entry point: [`Audit::new`].
 
 use serde::Serialize;
@@ -215,6 +216,105 @@ pub struct Audit {
     /// `evidence.max_written_bytes`.
     #[serde(skip_serializing_if = "is_zero")]
     pub facts_dropped: usize,
+    /// What the console shows of the run (written as the record's `view` key, bounded).
+    #[serde(skip)]
+    pub view: RunView,
+}
+
+/// Most bytes of JSON the `view` of an audit record holds (its parts together): the whole
+/// record stays within the contract's 64 KB.
+pub const MAX_VIEW_BYTES: usize = 40 * 1024;
+
+/// Longest operator question kept in the view, in bytes (cut at a character boundary and
+/// marked `…[truncated]`).
+pub const MAX_VIEW_QUERY_BYTES: usize = 2048;
+
+/// The run as the operator reads it beside the decision (the console's run page): the
+/// question, the Draft as submitted (with its citations), the repaired Draft when a repair
+/// was accepted, and the verified evidence SemanticGuard read, grouped by analysis. Each
+/// part is JSON text written once; a part that would take the view past
+/// [`MAX_VIEW_BYTES`] is left out and named in `omitted`. Like the rest of the record it
+/// may name call ids, never raw responses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunView {
+    query: Option<String>,
+    draft: Option<String>,
+    repaired_draft: Option<String>,
+    evidence: Option<String>,
+    omitted: Vec<&'static str>,
+    used: usize,
+}
+
+/// A part of the [`RunView`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewPart {
+    Draft,
+    RepairedDraft,
+    Evidence,
+}
+
+impl ViewPart {
+    fn name(self) -> &'static str {
+        match self {
+            ViewPart::Draft => "draft",
+            ViewPart::RepairedDraft => "repaired_draft",
+            ViewPart::Evidence => "evidence",
+        }
+    }
+}
+
+impl RunView {
+    /// The operator's question, cut to [`MAX_VIEW_QUERY_BYTES`].
+    pub fn set_query(&mut self, query: &str) {
+        let mut end = query.len().min(MAX_VIEW_QUERY_BYTES);
+        while !query.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut kept = query[..end].to_string();
+        if end < query.len() {
+            kept.push_str("…[truncated]");
+        }
+        let json = json::to_string(&kept).unwrap_or_else(|_| "null".into());
+        self.used += json.len();
+        self.query = Some(json);
+    }
+
+    /// Keeps `json` (the part's JSON text) if it fits in what is left.
+    pub fn put(&mut self, part: ViewPart, json: String) {
+        if self.used + json.len() > MAX_VIEW_BYTES {
+            self.omitted.push(part.name());
+            return;
+        }
+        self.used += json.len();
+        let slot = match part {
+            ViewPart::Draft => &mut self.draft,
+            ViewPart::RepairedDraft => &mut self.repaired_draft,
+            ViewPart::Evidence => &mut self.evidence,
+        };
+        *slot = Some(json);
+    }
+
+    /// The view as a JSON object, or None when nothing was put in it.
+    fn to_json(&self) -> Option<String> {
+        let query = self.query.as_deref()?;
+        let mut out = String::with_capacity(self.used + 96);
+        out.push_str("{\"query\":");
+        out.push_str(query);
+        for (name, part) in [
+            ("draft", &self.draft),
+            ("repaired_draft", &self.repaired_draft),
+            ("evidence", &self.evidence),
+        ] {
+            out.push_str(",\"");
+            out.push_str(name);
+            out.push_str("\":");
+            out.push_str(part.as_deref().unwrap_or("null"));
+        }
+        out.push_str(",\"omitted\":");
+        out.push_str(&json::to_string(&self.omitted).unwrap_or_else(|_| "[]".into()));
+        out.push('}');
+        Some(out)
+    }
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -305,21 +405,35 @@ impl Audit {
             budget: BudgetUse::default(),
             timings: Timings::default(),
             facts_dropped: 0,
+            view: RunView::default(),
         }
     }
 
     /// The JSON object of this record followed by `end`'s keys.
     pub fn to_json(&self, end: &AuditEnd) -> String {
+        self.to_json_with_view(end, self.view.to_json().as_deref())
+    }
+
+    /// The record, with the console's `view` (already written) as its last key.
+    fn to_json_with_view(&self, end: &AuditEnd, view: Option<&str>) -> String {
         let record = Record { audit: self, end };
-        json::to_string_sized(&record, 1024).unwrap_or_else(|_| "{}".into())
+        let mut json = json::to_string_sized(&record, 1024).unwrap_or_else(|_| "{}".into());
+        if let Some(view) = view {
+            json.pop(); // the closing brace; the record always has keys
+            json.push_str(",\"view\":");
+            json.push_str(view);
+            json.push('}');
+        }
+        json
     }
 
     /// The two whole records the fenced commit chooses between: with `end`, and with the
     /// end of a cancel found at the commit.
     pub fn commit_json(&self, end: &AuditEnd) -> AuditJson {
+        let view = self.view.to_json();
         AuditJson {
-            decided: self.to_json(end),
-            cancelled: self.to_json(&end.cancelled_at_commit()),
+            decided: self.to_json_with_view(end, view.as_deref()),
+            cancelled: self.to_json_with_view(&end.cancelled_at_commit(), view.as_deref()),
         }
     }
 
@@ -414,6 +528,35 @@ mod tests {
         assert_eq!(cancelled["cancelled_by"], "marker");
         assert_eq!(cancelled["superseded"]["outcome"], "SUCCESS");
         assert_eq!(cancelled["run_id"], "r-1");
+    }
+
+    #[test]
+    fn the_view_is_written_whole_and_bounded() {
+        let mut audit = Audit::new("r-1", StopReason::FinalAnswer);
+        let end = AuditEnd::of(Outcome::Success, None, None);
+        let plain: serde_json::Value = serde_json::from_str(&audit.to_json(&end)).unwrap();
+        assert!(plain.get("view").is_none());
+        audit.view.set_query("why <script>alert(1)</script>?");
+        audit.view.put(
+            ViewPart::Draft,
+            r#"{"conclusion":null,"analyses":[]}"#.into(),
+        );
+        audit
+            .view
+            .put(ViewPart::Evidence, "x".repeat(MAX_VIEW_BYTES));
+        let record: serde_json::Value = serde_json::from_str(&audit.to_json(&end)).unwrap();
+        let view = &record["view"];
+        assert_eq!(view["query"], "why <script>alert(1)</script>?");
+        assert_eq!(view["draft"]["conclusion"], serde_json::Value::Null);
+        assert_eq!(view["evidence"], serde_json::Value::Null);
+        assert_eq!(view["omitted"], serde_json::json!(["evidence"]));
+        assert_eq!(record["outcome"], "SUCCESS");
+
+        let mut long = RunView::default();
+        long.set_query(&"é".repeat(MAX_VIEW_QUERY_BYTES));
+        let query: String = serde_json::from_str(long.query.as_deref().unwrap()).unwrap();
+        assert!(query.ends_with("…[truncated]"));
+        assert!(query.len() <= MAX_VIEW_QUERY_BYTES + "…[truncated]".len());
     }
 
     #[test]

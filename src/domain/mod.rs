@@ -13,6 +13,7 @@
 //! - [`release`]: the release decision and the release result.
 //! - [`budget`]: the per-run model budget.
 //! - [`audit`]: the operators' audit record.
+//! - [`decision`]: an entry of the decision stream `P:decisions`.
 //! - [`json`]: the JSON text the harness writes (fast, byte-identical to `serde_json`).
 //!
 //! Label enums (a rule, an outcome, a fallback type, a cancel source...) are declared with
@@ -50,6 +51,7 @@ macro_rules! labels {
 pub mod audit;
 pub mod bounded;
 pub mod budget;
+pub mod decision;
 pub mod draft;
 pub mod evidence_guard;
 pub mod identifiers;

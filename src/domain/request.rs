@@ -27,6 +27,11 @@ pub enum RequestError {
     DraftRequired,
     #[error("malformed request body: {0}")]
     Malformed(String),
+    #[error("query parameter {name}: {problem}")]
+    InvalidParameter {
+        name: &'static str,
+        problem: &'static str,
+    },
 }
 
 /// Checks a (percent-decoded) run id: 1 to 128 characters of `[A-Za-z0-9._:-]`.

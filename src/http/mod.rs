@@ -44,6 +44,8 @@ pub struct AppState {
     pub admission: Admission,
     /// The replica's model gate, whose cooldown gauge is brought up to date per scrape.
     pub gate: Arc<ModelGate>,
+    /// This replica's name (the console's runs in flight are this replica's).
+    pub replica: Arc<str>,
 }
 
 /// What readiness asks of Redis (`/readyz` and the readiness gauge): it answers on the
@@ -142,6 +144,11 @@ fn route_label(pattern: Option<&str>) -> &'static str {
         Some("/healthz") => "/healthz",
         Some("/readyz") => "/readyz",
         Some("/openapi.json") => "/openapi.json",
+        Some("/v1/decisions") => "/v1/decisions",
+        Some("/v1/overview") => "/v1/overview",
+        Some("/console") => "/console",
+        Some("/console/console.js") => "/console/console.js",
+        Some("/console/console.css") => "/console/console.css",
         _ => "unmatched",
     }
 }
@@ -175,6 +182,7 @@ impl Application {
             draining: draining.clone(),
             admission: harness.admission.clone(),
             gate: harness.gate.clone(),
+            replica: harness.replica.clone(),
         });
         let worker_shards = shards.clone();
         let ready_gate = harness.gate.clone();
@@ -214,6 +222,17 @@ impl Application {
                 .service(
                     resource("/v1/runs/{run_id}/cancel", "POST")
                         .route(web::post().to(routes::cancel)),
+                )
+                .service(resource("/v1/decisions", "GET").route(web::get().to(routes::decisions)))
+                .service(resource("/v1/overview", "GET").route(web::get().to(routes::overview)))
+                .service(resource("/console", "GET").route(web::get().to(routes::console_page)))
+                .service(
+                    resource("/console/console.js", "GET")
+                        .route(web::get().to(routes::console_script)),
+                )
+                .service(
+                    resource("/console/console.css", "GET")
+                        .route(web::get().to(routes::console_style)),
                 )
                 .service(resource("/metrics", "GET").route(web::get().to(routes::metrics)))
                 .service(resource("/healthz", "GET").route(web::get().to(routes::healthz)))

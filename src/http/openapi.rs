@@ -180,6 +180,85 @@ pub struct AuditDoc {
     /// Only when the commit found the cancel marker: what had been decided.
     #[schema(value_type = Option<Object>)]
     superseded: Option<Value>,
+    /// What the console shows of the run (bounded, at most 40 KB): `query`, `draft` (as
+    /// submitted, with its citations), `repaired_draft` (an accepted repair), `evidence`
+    /// (the verified snapshot the judge read, by analysis), and `omitted` (parts left out
+    /// to stay within the bound). Absent when the release stopped before reading the run.
+    #[schema(value_type = Option<Object>)]
+    view: Option<Value>,
+}
+
+/// A page of `GET /v1/decisions`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct DecisionPageDoc {
+    /// Newest first.
+    decisions: Vec<DecisionDoc>,
+    /// Pass as `before` for the next page; null when nothing older is left.
+    #[schema(required = true)]
+    next_before: Option<String>,
+}
+
+/// One entry of the decision stream `P:decisions`: a committed release.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct DecisionDoc {
+    /// The stream entry id, `MS-SEQ` (MS: when it was appended, Unix ms).
+    id: String,
+    run_id: String,
+    /// SUCCESS, FALLBACK or CANCELLED (any text, for entries not written by the harness).
+    outcome: String,
+    #[schema(required = true)]
+    fallback_type: Option<String>,
+    /// The replica that released the run.
+    replica: String,
+    /// When the release began (RFC 3339).
+    time: String,
+    #[schema(required = true)]
+    total_ms: Option<f64>,
+    /// The harness's own time: total less the time spent waiting on the model.
+    #[schema(required = true)]
+    overhead_ms: Option<f64>,
+    /// SemanticGuard's verdict, if it gave one.
+    #[schema(required = true)]
+    verdict: Option<String>,
+    #[schema(required = true)]
+    model_attempts: Option<u64>,
+}
+
+/// Decisions per outcome in a time window.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct OutcomeCountsDoc {
+    #[schema(rename = "SUCCESS")]
+    success: u64,
+    #[schema(rename = "FALLBACK")]
+    fallback: u64,
+    #[schema(rename = "CANCELLED")]
+    cancelled: u64,
+}
+
+/// A release in flight on the answering replica.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct RunInFlightDoc {
+    run_id: String,
+    running_ms: u64,
+    /// Whether it holds the run's lock yet.
+    lock_held: bool,
+}
+
+/// The console's header: `GET /v1/overview`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct OverviewDoc {
+    /// The replica that answered (the releases in flight are its own).
+    replica: String,
+    last_5m: OutcomeCountsDoc,
+    last_60m: OutcomeCountsDoc,
+    /// False when the last hour held more decisions than were read.
+    complete: bool,
+    in_flight: Vec<RunInFlightDoc>,
 }
 
 /// The body of `/healthz` (`ok`) and `/readyz` (`ready`).
@@ -257,6 +336,8 @@ impl Modify for BearerAuth {
         super::routes::get_release,
         super::routes::get_audit,
         super::routes::cancel,
+        super::routes::decisions,
+        super::routes::overview,
         super::routes::healthz,
         super::routes::readyz,
         super::routes::metrics
@@ -273,7 +354,12 @@ impl Modify for BearerAuth {
         ErrorDetailDoc,
         CancelDoc,
         AuditDoc,
-        StatusDoc
+        StatusDoc,
+        DecisionPageDoc,
+        DecisionDoc,
+        OutcomeCountsDoc,
+        RunInFlightDoc,
+        OverviewDoc
     )),
     modifiers(&BearerAuth, &ReleaseBodyRules)
 )]

@@ -16,7 +16,10 @@ use super::error::ApiError;
 use super::{AppState, WorkerRegistry};
 use crate::actors::{ReleaseError, StartRelease};
 use crate::domain::audit::CancelSource;
+use crate::domain::decision::{DecisionFilter, OutcomeCounts, StreamId};
+use crate::domain::release::{FallbackType, Outcome};
 use crate::domain::request::{parse_release, validate_run_id, RequestError};
+use crate::store::MAX_DECISIONS_SCANNED;
 use crate::telemetry;
 
 /// The run id segment of `/v1/runs/{run_id}/...`, percent-decoded once and validated.
@@ -94,7 +97,8 @@ fn json_body(text: String) -> HttpResponse {
     params(RunIdParam),
     request_body(content = super::openapi::ReleaseBodyDoc, description = "query, draft (object or raw text), stop_reason"),
     responses(
-        (status = 200, description = "The release result, whatever the outcome (SUCCESS, FALLBACK, CANCELLED)", body = super::openapi::ReleaseResultDoc),
+        (status = 200, description = "The release result, whatever the outcome (SUCCESS, FALLBACK, CANCELLED)", body = super::openapi::ReleaseResultDoc,
+            headers(("Server-Timing" = String, description = "Where the release's time went, in ms: `evidence` (begin script and EvidenceGuard), `repair`, `judge` (SemanticGuard), `commit` (the fenced commit) and `harness` (the whole release less the time spent waiting on the model)"))),
         (status = 400, description = "Malformed body or run id", body = super::openapi::ErrorDoc),
         (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
         (status = 404, description = NO_SUCH_ROUTE, body = super::openapi::ErrorDoc),
@@ -150,7 +154,13 @@ pub async fn release(
         replayed = released.replayed,
         "release answered"
     );
-    Ok(json_body(released.json))
+    let mut response = json_body(released.json);
+    if let Ok(timing) = HeaderValue::from_str(&released.times.header()) {
+        response
+            .headers_mut()
+            .insert(header::HeaderName::from_static("server-timing"), timing);
+    }
+    Ok(response)
 }
 
 /// A release arriving at a full replica: the run's stored result if it has one (one Redis
@@ -314,4 +324,189 @@ pub fn method_not_allowed(allow: &'static str) -> Route {
             .insert(header::ALLOW, HeaderValue::from_static(allow));
         response
     })
+}
+
+/// The query of `GET /v1/decisions`, as [`decisions`] checks it.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+struct DecisionsParams {
+    /// How many decisions at most (default 50).
+    #[param(minimum = 1, maximum = 200)]
+    limit: Option<u32>,
+    /// A stream entry id (`MS-SEQ`, the `next_before` of the previous page): only older
+    /// decisions.
+    #[param(pattern = "^[0-9]{1,19}-[0-9]{1,19}$", example = "1765100000000-0")]
+    before: Option<String>,
+    /// Only this outcome.
+    outcome: Option<super::openapi::OutcomeDoc>,
+    /// Only this fallback type.
+    fallback_type: Option<super::openapi::FallbackTypeDoc>,
+}
+
+/// `DecisionsParams` read from the query string; unknown parameters are ignored.
+fn decisions_params(
+    request: &HttpRequest,
+) -> Result<(usize, Option<StreamId>, DecisionFilter), ApiError> {
+    let invalid =
+        |name, problem| ApiError::BadRequest(RequestError::InvalidParameter { name, problem });
+    let query = web::Query::<Vec<(String, String)>>::from_query(request.query_string())
+        .map_err(|_| invalid("query", "not a valid query string"))?
+        .into_inner();
+    let mut limit = 50;
+    let mut before = None;
+    let mut filter = DecisionFilter::default();
+    for (name, value) in &query {
+        match name.as_str() {
+            "limit" => {
+                limit = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=200).contains(n))
+                    .ok_or_else(|| invalid("limit", "must be a whole number from 1 to 200"))?
+            }
+            "before" => {
+                let short = value
+                    .split_once('-')
+                    .is_some_and(|(ms, seq)| ms.len() <= 19 && seq.len() <= 19);
+                before = Some(
+                    StreamId::parse(value)
+                        .filter(|_| short)
+                        .ok_or_else(|| invalid("before", "must be a stream entry id MS-SEQ"))?,
+                )
+            }
+            "outcome" => {
+                filter.outcome = Some(
+                    [Outcome::Success, Outcome::Fallback, Outcome::Cancelled]
+                        .into_iter()
+                        .find(|o| o.as_str() == value)
+                        .ok_or_else(|| {
+                            invalid("outcome", "must be SUCCESS, FALLBACK or CANCELLED")
+                        })?,
+                )
+            }
+            "fallback_type" => {
+                filter.fallback_type = Some(
+                    FallbackType::ALL
+                        .into_iter()
+                        .find(|f| f.as_str() == value)
+                        .ok_or_else(|| invalid("fallback_type", "must be a fallback type"))?,
+                )
+            }
+            _ => {}
+        }
+    }
+    Ok((limit, before, filter))
+}
+
+/// `GET /v1/decisions`: the newest decisions first, from the stream `P:decisions`.
+#[utoipa::path(
+    get,
+    path = "/v1/decisions",
+    tag = "operations",
+    params(DecisionsParams),
+    responses(
+        (status = 200, description = "The newest decisions first (at most `limit`), and the cursor of the next page: `next_before` (null: nothing older). A filter that matches little may answer fewer than `limit` with a cursor: at most 5,000 entries are read per page", body = super::openapi::DecisionPageDoc),
+        (status = 400, description = "`bad_request`: a parameter out of range", body = super::openapi::ErrorDoc),
+        (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
+        (status = 503, description = "Redis unavailable", body = super::openapi::ErrorDoc),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn decisions(
+    request: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&request, &state.config.server.api_token)?;
+    let (limit, before, filter) = decisions_params(&request)?;
+    let page = state.store.decisions(limit, before, filter).await?;
+    Ok(with_page_headers(HttpResponse::Ok()).json(page))
+}
+
+/// `GET /v1/overview`: the console's header.
+#[utoipa::path(
+    get,
+    path = "/v1/overview",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Decisions per outcome over the last 5 and 60 minutes (from `P:decisions`, all replicas; at most 5,000 read, `complete` false past that), and the releases in flight on the replica that answers", body = super::openapi::OverviewDoc),
+        (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
+        (status = 503, description = "Redis unavailable", body = super::openapi::ErrorDoc),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn overview(
+    request: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, ApiError> {
+    authorize(&request, &state.config.server.api_token)?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let (hour, more) = state
+        .store
+        .decisions_since(now_ms.saturating_sub(3_600_000), MAX_DECISIONS_SCANNED)
+        .await?;
+    let (mut last_5m, mut last_60m) = (OutcomeCounts::default(), OutcomeCounts::default());
+    let recent = now_ms.saturating_sub(300_000);
+    for record in &hour {
+        last_60m.add(&record.outcome);
+        if StreamId::parse(&record.id).is_some_and(|id| id.ms >= recent) {
+            last_5m.add(&record.outcome);
+        }
+    }
+    let in_flight = state.shards.runs_in_flight(100).await;
+    let body = json!({
+        "replica": state.replica.as_ref(),
+        "last_5m": last_5m,
+        "last_60m": last_60m,
+        "complete": !more,
+        "in_flight": in_flight,
+    });
+    Ok(with_page_headers(HttpResponse::Ok()).json(body))
+}
+
+/// The headers of the console's answers (and of its JSON routes): no framing, no sniffing,
+/// no referrer, and a policy that runs only the console's own script and styles (no inline
+/// script, no `eval`, no other host).
+fn with_page_headers(
+    mut response: actix_web::HttpResponseBuilder,
+) -> actix_web::HttpResponseBuilder {
+    response
+        .insert_header(("Content-Security-Policy", CONSOLE_CSP))
+        .insert_header(("X-Frame-Options", "DENY"))
+        .insert_header(("X-Content-Type-Options", "nosniff"))
+        .insert_header(("Referrer-Policy", "no-referrer"))
+        .insert_header(("Cache-Control", "no-store"));
+    response
+}
+
+/// The console's Content-Security-Policy.
+pub const CONSOLE_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+const CONSOLE_HTML: &str = include_str!("console/index.html");
+const CONSOLE_JS: &str = include_str!("console/console.js");
+const CONSOLE_CSS: &str = include_str!("console/console.css");
+
+/// `GET /console`: the operators' page (no token needed to load it: it holds no data; its
+/// script asks for the token and calls the `/v1` routes with it).
+pub async fn console_page() -> HttpResponse {
+    with_page_headers(HttpResponse::Ok())
+        .content_type("text/html; charset=utf-8")
+        .body(CONSOLE_HTML)
+}
+
+/// `GET /console/console.js`.
+pub async fn console_script() -> HttpResponse {
+    with_page_headers(HttpResponse::Ok())
+        .content_type("text/javascript; charset=utf-8")
+        .body(CONSOLE_JS)
+}
+
+/// `GET /console/console.css`.
+pub async fn console_style() -> HttpResponse {
+    with_page_headers(HttpResponse::Ok())
+        .content_type("text/css; charset=utf-8")
+        .body(CONSOLE_CSS)
 }

@@ -4,7 +4,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::agent_records::RecordFields;
-use super::{Begin, CallsList, Commit, Committed, LoadedRecords, Watch, Watched};
+use super::{Appended, Begin, CallsList, Commit, Committed, LoadedRecords, Watch, Watched};
+use crate::domain::decision::{DecisionRecord, StreamId};
 use crate::domain::invocation::{RawRecord, MAX_CALL_ID_BYTES, RECORD_FIELDS};
 
 #[derive(Debug, Default)]
@@ -14,6 +15,8 @@ struct Data {
     cancelled: HashSet<String>,
     results: HashMap<String, (String, String)>,
     locks: HashMap<String, String>,
+    /// The decision stream, oldest first: entry id and flat field/value pairs.
+    decisions: std::collections::VecDeque<(StreamId, Vec<String>)>,
 }
 
 /// A process-local store with the same meaning as the Redis one. Cloning shares the data.
@@ -149,15 +152,15 @@ impl MemoryStore {
         self.data().results.get(run).map(|(_, a)| a.clone())
     }
 
-    pub(super) fn commit(&self, run: &str, token: &str, commit: &Commit) -> Committed {
+    pub(super) fn commit(&self, run: &str, token: &str, commit: &Commit) -> (Committed, Appended) {
         let mut data = self.data();
         let stored = data.results.get(run).map(|(r, _)| r.clone());
         if data.locks.get(run).map(String::as_str) != Some(token) {
-            return Committed::LockLost { stored };
+            return (Committed::LockLost { stored }, Appended::Done);
         }
         data.locks.remove(run);
         if let Some(stored) = stored {
-            return Committed::AlreadyStored(stored);
+            return (Committed::AlreadyStored(stored), Appended::Done);
         }
         let cancelled = data.cancelled.contains(run);
         let (result, audit) = if cancelled {
@@ -167,11 +170,48 @@ impl MemoryStore {
         };
         data.results
             .insert(run.to_string(), (result.to_string(), audit.to_string()));
-        if cancelled {
+        if let Some(entry) = commit.decision {
+            let fields = if cancelled {
+                entry.cancelled
+            } else {
+                entry.decided
+            };
+            push_decision(&mut data, entry.max_len, fields);
+        }
+        let committed = if cancelled {
             Committed::Cancelled
         } else {
             Committed::Decided
-        }
+        };
+        (committed, Appended::Done)
+    }
+
+    pub(super) fn append_decision(&self, max_len: u64, fields: &[String]) {
+        push_decision(&mut self.data(), max_len, fields);
+    }
+
+    /// At most `count` entries from `end` down to `start` (both inclusive), newest first.
+    pub(super) fn read_decisions(
+        &self,
+        end: Option<StreamId>,
+        start: Option<StreamId>,
+        count: usize,
+    ) -> Vec<DecisionRecord> {
+        let data = self.data();
+        data.decisions
+            .iter()
+            .rev()
+            .filter(|(id, _)| end.is_none_or(|end| *id <= end))
+            .take_while(|(id, _)| start.is_none_or(|start| *id >= start))
+            .take(count)
+            .map(|(id, flat)| {
+                let pairs = flat.chunks(2).filter_map(|pair| match pair {
+                    [name, value] => Some((name.as_str(), value.as_str())),
+                    _ => None,
+                });
+                DecisionRecord::from_fields(&id.to_string(), pairs)
+            })
+            .collect()
     }
 
     pub(super) fn watch(&self, runs: &[Watched]) -> Vec<Watch> {
@@ -192,5 +232,25 @@ impl MemoryStore {
         if data.locks.get(run).map(String::as_str) == Some(token) {
             data.locks.remove(run);
         }
+    }
+}
+
+/// Appends an entry with the next id (the clock's ms, as Redis makes them), keeping about
+/// `max_len` entries.
+fn push_decision(data: &mut Data, max_len: u64, fields: &[String]) {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let id = match data.decisions.back() {
+        Some((last, _)) if last.ms >= ms => StreamId {
+            ms: last.ms,
+            seq: last.seq + 1,
+        },
+        _ => StreamId { ms, seq: 0 },
+    };
+    data.decisions.push_back((id, fields.to_vec()));
+    while data.decisions.len() as u64 > max_len.max(1) {
+        data.decisions.pop_front();
     }
 }

@@ -32,6 +32,7 @@ pub fn new_lock_token(replica: &str) -> String {
     token
 }
 
+use crate::domain::decision::{DecisionFilter, DecisionRecord, StreamId};
 use crate::domain::evidence_guard::{Rule, RunEvidence};
 use crate::domain::invocation::{CallRejection, RawRecord, MAX_CALL_ID_BYTES};
 use crate::telemetry;
@@ -87,6 +88,11 @@ impl Keys {
     }
     pub fn cancel_channel(&self) -> String {
         format!("{}:cancel", self.prefix)
+    }
+    /// The decision stream `P:decisions`: no hash tag, so on a Redis Cluster it is one key
+    /// in a slot of its own.
+    pub fn decisions(&self) -> String {
+        format!("{}:decisions", self.prefix)
     }
 }
 
@@ -152,7 +158,47 @@ pub struct Commit<'a> {
     pub audit: &'a str,
     pub cancelled_result: &'a str,
     pub cancelled_audit: &'a str,
+    /// The decision stream's entry for each of the two results (flat field/value pairs,
+    /// [`crate::domain::decision::Decision::fields`]), appended after the result is
+    /// stored, never for a result already stored.
+    pub decision: Option<DecisionEntry<'a>>,
 }
+
+/// The entries a commit appends to `P:decisions` (`XADD … MAXLEN ~ max_len`): `decided`
+/// with the decided result, `cancelled` with the CANCELLED one.
+#[derive(Debug, Clone, Copy)]
+pub struct DecisionEntry<'a> {
+    pub max_len: u64,
+    pub decided: &'a [String],
+    pub cancelled: &'a [String],
+}
+
+/// What became of a commit's decision entry ([`Store::commit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Appended {
+    /// Appended in the commit's own step (or none was asked, or nothing was stored).
+    Done,
+    /// The append failed (counted in `harness_store_errors_total{op="append_decision"}`
+    /// and logged); the result stands.
+    Failed(String),
+    /// Not appended yet: on a Redis Cluster the stream is in a slot of its own, which the
+    /// commit script cannot touch; the caller appends it after answering
+    /// ([`Store::append_decision`]).
+    Deferred,
+}
+
+/// A page of `GET /v1/decisions`: the entries, newest first, and the cursor of the next
+/// page (None: the stream holds nothing older).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DecisionPage {
+    pub decisions: Vec<DecisionRecord>,
+    pub next_before: Option<String>,
+}
+
+/// At most this many stream entries are read for one page or one count, whatever the
+/// filters: a filter that matches little answers a short page with a cursor, rather than
+/// reading the whole stream.
+pub const MAX_DECISIONS_SCANNED: usize = 5000;
 
 /// How a fenced commit ended ([`Store::commit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -404,16 +450,126 @@ impl Store {
 
     /// The fenced commit, one atomic step: while `token` still holds the run's lock and
     /// nothing is stored, stores the result (CANCELLED if the marker is set) and its audit
-    /// record, and frees the lock.
+    /// record, and frees the lock. A stored result's decision entry is appended in the same
+    /// step where the store allows it (one node, memory), else [`Appended::Deferred`].
     pub async fn commit(
         &self,
         run: &str,
         token: &str,
         commit: &Commit<'_>,
-    ) -> Result<Committed, StoreError> {
+    ) -> Result<(Committed, Appended), StoreError> {
         match self {
             Store::Memory(s) => Ok(s.commit(run, token, commit)),
             Store::Redis(s) => s.commit(run, token, commit).await,
+        }
+    }
+
+    /// Appends one decision entry (flat field/value pairs) to `P:decisions`, after a
+    /// commit that could not append it itself. A failure is counted and logged.
+    pub async fn append_decision(&self, max_len: u64, fields: &[String]) -> Appended {
+        match self {
+            Store::Memory(s) => {
+                s.append_decision(max_len, fields);
+                Appended::Done
+            }
+            Store::Redis(s) => s.append_decision(max_len, fields).await,
+        }
+    }
+
+    /// The newest `limit` decisions before `before` (exclusive) that pass `filter`, reading
+    /// at most [`MAX_DECISIONS_SCANNED`] entries.
+    pub async fn decisions(
+        &self,
+        limit: usize,
+        before: Option<StreamId>,
+        filter: DecisionFilter,
+    ) -> Result<DecisionPage, StoreError> {
+        let limit = limit.max(1);
+        let mut end = match before {
+            Some(id) => match id.previous() {
+                Some(end) => Some(end),
+                None => {
+                    return Ok(DecisionPage {
+                        decisions: Vec::new(),
+                        next_before: None,
+                    })
+                }
+            },
+            None => None,
+        };
+        let mut decisions = Vec::with_capacity(limit.min(1000));
+        let mut scanned = 0;
+        loop {
+            let batch = (2 * limit)
+                .clamp(50, 1000)
+                .min(MAX_DECISIONS_SCANNED - scanned);
+            let read = self.read_decisions(end, None, batch).await?;
+            scanned += read.len();
+            let exhausted = read.len() < batch;
+            let mut last = None;
+            for record in read {
+                last = StreamId::parse(&record.id);
+                if filter.matches(&record) {
+                    decisions.push(record);
+                    if decisions.len() == limit {
+                        let next_before = decisions.last().map(|r| r.id.clone());
+                        return Ok(DecisionPage {
+                            decisions,
+                            next_before,
+                        });
+                    }
+                }
+            }
+            if exhausted {
+                return Ok(DecisionPage {
+                    decisions,
+                    next_before: None,
+                });
+            }
+            let Some(previous) = last.and_then(StreamId::previous) else {
+                return Ok(DecisionPage {
+                    decisions,
+                    next_before: None,
+                });
+            };
+            if scanned >= MAX_DECISIONS_SCANNED {
+                // Scanned enough for one answer: the next page goes on from here.
+                return Ok(DecisionPage {
+                    decisions,
+                    next_before: last.map(|id| id.to_string()),
+                });
+            }
+            end = Some(previous);
+        }
+    }
+
+    /// The decisions since `since_ms` (Unix ms), newest first, at most `max` of them
+    /// (answers whether there may be more).
+    pub async fn decisions_since(
+        &self,
+        since_ms: u64,
+        max: usize,
+    ) -> Result<(Vec<DecisionRecord>, bool), StoreError> {
+        let start = StreamId {
+            ms: since_ms,
+            seq: 0,
+        };
+        let read = self.read_decisions(None, Some(start), max + 1).await?;
+        let more = read.len() > max;
+        Ok((read.into_iter().take(max).collect(), more))
+    }
+
+    /// At most `count` entries from `end` (inclusive; None = newest) down to `start`
+    /// (inclusive; None = oldest), newest first.
+    async fn read_decisions(
+        &self,
+        end: Option<StreamId>,
+        start: Option<StreamId>,
+        count: usize,
+    ) -> Result<Vec<DecisionRecord>, StoreError> {
+        match self {
+            Store::Memory(s) => Ok(s.read_decisions(end, start, count)),
+            Store::Redis(s) => s.read_decisions(end, start, count).await,
         }
     }
 

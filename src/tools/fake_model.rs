@@ -5,7 +5,8 @@
 //! `[judge:garbage]` (prose), `[judge:flaky]` (the first attempt of a request fails, the
 //! byte-identical retry succeeds), `[judge:hang]` (answers 504 after `hang`),
 //! `[repair:rewrite]` (the repair changes the conclusion's text, which the harness must
-//! reject).
+//! reject), `[judge:echo]TEXT[/judge:echo]` (the judge's reason quotes TEXT, as a model
+//! that repeats what it read would: the console's hostile-text test).
 
 use std::collections::HashSet;
 use std::net::TcpListener;
@@ -175,13 +176,29 @@ async fn complete(state: web::Data<FakeState>, body: web::Bytes) -> HttpResponse
                 .to_string();
         return HttpResponse::Ok().json(envelope(&answer, body.len()));
     }
-    let reason = if verdict == "SUPPORTED" {
-        "Every claim is backed by the evidence of the analysis it cites."
+    let reason = if let Some(echo) = echoed(user) {
+        format!("The report says this without support: {echo}")
+    } else if verdict == "SUPPORTED" {
+        "Every claim is backed by the evidence of the analysis it cites.".to_string()
     } else {
-        "The conclusion names a cause that no cited evidence shows."
+        "The conclusion names a cause that no cited evidence shows.".to_string()
     };
     let answer = json!({"verdict": verdict, "reason": reason}).to_string();
     HttpResponse::Ok().json(envelope(&answer, body.len()))
+}
+
+/// The text between `[judge:echo]` and `[/judge:echo]` in the judge's request (at most 300
+/// bytes of it), as the prompt holds it.
+fn echoed(user: &str) -> Option<&str> {
+    let (_, rest) = user.split_once("[judge:echo]")?;
+    let text = rest
+        .split_once("[/judge:echo]")
+        .map_or(rest, |(text, _)| text);
+    let mut end = text.len().min(300);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(&text[..end])
 }
 
 /// Levenshtein distance, for picking the usable call id nearest to a wrong one.

@@ -10,6 +10,7 @@ mod common;
 mod cancel;
 mod cluster;
 mod conformance;
+mod decisions;
 mod faults;
 mod helpers;
 mod hostile;

@@ -5,11 +5,12 @@
 use actix::{ActorContext, ActorFutureExt, AsyncContext, Context, WrapFuture};
 
 use super::{Lock, RunEvent, RunNotice, RunSupervisor, Stage};
-use crate::actors::{ReleaseError, Released};
+use crate::actors::{ReleaseError, Released, StepTimes};
 use crate::domain::audit::{millis, AttemptOutcome, AuditEnd, CancelSource, ModelAttempt};
+use crate::domain::decision::Decision;
 use crate::domain::json;
 use crate::domain::release::ReleaseResult;
-use crate::store::{Commit, Committed};
+use crate::store::{Appended, Commit, Committed, DecisionEntry};
 use crate::telemetry;
 
 impl RunSupervisor {
@@ -81,6 +82,19 @@ impl RunSupervisor {
         }
         let end = AuditEnd::of(result.outcome, result.fallback_type, cancel);
         let (audit_json, overhead) = self.audit.finish(total, &end);
+        let decision = Decision {
+            run_id: &self.run_id,
+            outcome: result.outcome,
+            fallback_type: result.fallback_type,
+            replica: &self.harness.replica,
+            time: &self.audit.timings.started_at,
+            total_ms: self.audit.timings.total_ms,
+            overhead_ms: self.audit.timings.overhead_ms,
+            verdict: self.audit.verdict.as_ref().map(|v| v.verdict),
+            model_attempts: self.audit.model_attempts.len(),
+        };
+        let (decided_entry, cancelled_entry) = (decision.fields(), decision.cancelled().fields());
+        let max_len = self.harness.config.decisions.max_len;
         let store = self.harness.store.clone();
         let token = self.token.clone();
         let run_id = self.run_id.clone();
@@ -90,13 +104,33 @@ impl RunSupervisor {
                 audit: &audit_json.decided,
                 cancelled_result: &cancelled_json,
                 cancelled_audit: &audit_json.cancelled,
+                decision: Some(DecisionEntry {
+                    max_len,
+                    decided: &decided_entry,
+                    cancelled: &cancelled_entry,
+                }),
             };
+            let began = std::time::Instant::now();
             let committed = store.commit(&run_id, &token, &commit).await;
-            (committed, json, cancelled_json)
+            let took = began.elapsed();
+            let deferred = match &committed {
+                Ok((Committed::Decided, Appended::Deferred)) => Some(decided_entry),
+                Ok((Committed::Cancelled, Appended::Deferred)) => Some(cancelled_entry),
+                _ => None,
+            };
+            (
+                committed.map(|(c, _)| c),
+                json,
+                cancelled_json,
+                took,
+                deferred,
+            )
         };
         ctx.spawn(work.into_actor(self).map(
-            move |(committed, json, cancelled_json), actor, ctx| {
+            move |(committed, json, cancelled_json, took, deferred), actor, ctx| {
                 actor.lock = Lock::None;
+                actor.times.commit = took;
+                actor.deferred_decision = deferred;
                 let answer = match committed {
                     Err(e) => {
                         // The commit may or may not have run: free the lock if it did not.
@@ -122,6 +156,7 @@ impl RunSupervisor {
                             result,
                             json,
                             replayed: false,
+                            times: StepTimes::default(),
                         })
                     }
                     Ok(Committed::Cancelled) => {
@@ -133,6 +168,7 @@ impl RunSupervisor {
                             result: cancelled,
                             json: cancelled_json,
                             replayed: false,
+                            times: StepTimes::default(),
                         })
                     }
                 };
@@ -164,10 +200,30 @@ impl RunSupervisor {
         // follows at once starts a new release (which finds what is stored) instead of
         // meeting this one while it frees its lock.
         self.forget();
+        let model_wait = std::time::Duration::from_secs_f64(self.audit.model_wait_ms() / 1000.0);
+        self.times.harness = self.began.elapsed().saturating_sub(model_wait);
+        let answer = answer.map(|mut released| {
+            released.times = self.times;
+            released
+        });
         if let Some(reply) = self.reply.take() {
             let _ = reply.send(answer);
         }
         self.stop_children(false);
+        // On a Redis Cluster the decision entry goes to its own slot after the caller has
+        // the answer: the release never waits for it, and the run stops once it is sent.
+        if let Some(fields) = self.deferred_decision.take() {
+            let store = self.harness.store.clone();
+            let max_len = self.harness.config.decisions.max_len;
+            ctx.spawn(
+                async move {
+                    store.append_decision(max_len, &fields).await;
+                }
+                .into_actor(self)
+                .map(|_, _, ctx| ctx.stop()),
+            );
+            return;
+        }
         match std::mem::replace(&mut self.lock, Lock::None) {
             Lock::Held | Lock::Maybe => {
                 let store = self.harness.store.clone();
@@ -193,6 +249,7 @@ pub(super) fn replay(json: String) -> Result<Released, ReleaseError> {
             result,
             json,
             replayed: true,
+            times: StepTimes::default(),
         })
         .map_err(|e| ReleaseError::StoredResultUnreadable(e.to_string()))
 }

@@ -36,7 +36,7 @@ use super::attempt::{AttemptContext, AttemptRecorded, AttemptStarted, CheckMarke
 use super::budget::BudgetActor;
 use super::repair::RepairActor;
 use super::semantic_guard::SemanticGuardActor;
-use super::{Harness, ReleaseError, ReleaseRequest, Released, StopChild};
+use super::{Harness, ReleaseError, ReleaseRequest, Released, StepTimes, StopChild};
 use crate::domain::audit::{Audit, BudgetUse, CancelSource, ModelRole};
 use crate::domain::evidence_guard::RunEvidence;
 use crate::domain::release::DraftInput;
@@ -112,6 +112,13 @@ pub struct RunSupervisor {
     children: Children,
     /// The registry was told the release is over.
     forgotten: bool,
+    /// Where the time went so far (the answer's `Server-Timing`).
+    times: StepTimes,
+    /// When the step in progress (repair, judge, commit) began.
+    step_began: Instant,
+    /// A decision entry the commit could not append itself (Redis Cluster): appended
+    /// after the caller has its answer, before the run stops.
+    deferred_decision: Option<Vec<String>>,
 }
 
 impl RunSupervisor {
@@ -147,6 +154,9 @@ impl RunSupervisor {
             reply: None,
             children: Children::default(),
             forgotten: false,
+            times: StepTimes::default(),
+            step_began: Instant::now(),
+            deferred_decision: None,
         }
     }
 

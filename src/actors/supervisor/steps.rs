@@ -17,11 +17,12 @@ use super::{Deciding, Lock, RunEvent, RunNotice, RunSupervisor, Stage};
 use crate::actors::repair::RepairDraft;
 use crate::actors::semantic_guard::Judge;
 use crate::actors::{ReleaseError, ReleaseRequest, StepOutcome};
-use crate::domain::audit::{CancelSource, RepairAudit};
+use crate::domain::audit::{CancelSource, RepairAudit, ViewPart};
 use crate::domain::draft::Draft;
 use crate::domain::evidence_guard::{ResolvedRun, RunEvidence, Violation};
+use crate::domain::json;
 use crate::domain::release::{
-    self, after_judgement, Judgeable, Judgement, ReleaseResult, RepairFailure, Step,
+    self, after_judgement, DraftInput, Judgeable, Judgement, ReleaseResult, RepairFailure, Step,
 };
 use crate::model::prompts::UsableCallRef;
 use crate::store::{lock_holder, Begin, StoreError};
@@ -43,6 +44,7 @@ enum Repaired {
 impl RunSupervisor {
     /// The begin script answered.
     pub(super) fn begun(&mut self, begun: Result<Begin, StoreError>, ctx: &mut Context<Self>) {
+        self.times.evidence = self.began.elapsed();
         match begun {
             Err(e) => {
                 // It may have taken the lock before failing: free it on the way out.
@@ -102,8 +104,15 @@ impl RunSupervisor {
             draft,
             ..
         } = request;
+        self.audit.view.set_query(&query);
+        if let DraftInput::Parsed(parsed) = &draft {
+            if let Ok(json) = json::to_string_sized(parsed, 1024) {
+                self.audit.view.put(ViewPart::Draft, json);
+            }
+        }
         let policy = self.harness.config.release_policy();
         let step = release::begin(stop_reason, draft, &evidence, &policy, &mut self.audit);
+        self.times.evidence = self.began.elapsed();
         if let Some(deciding) = self.deciding() {
             deciding.query = query;
             deciding.evidence = Some(Arc::new(evidence));
@@ -137,6 +146,7 @@ impl RunSupervisor {
         judged: Box<ResolvedRun>,
         ctx: &mut Context<Self>,
     ) {
+        self.step_began = std::time::Instant::now();
         let Some(evidence) = self.deciding().and_then(|d| {
             d.repaired = true;
             d.evidence.take()
@@ -195,6 +205,7 @@ impl RunSupervisor {
 
     /// The repair answered: EvidenceGuard decides on its candidate.
     fn repaired(&mut self, repaired: Result<Repaired, ReleaseError>, ctx: &mut Context<Self>) {
+        self.times.repair = self.step_began.elapsed();
         match repaired {
             Ok(Repaired::Cancelled(source)) => self.cancelled(source, ctx),
             Ok(Repaired::Candidate {
@@ -232,6 +243,15 @@ impl RunSupervisor {
             }
             None => (String::new(), false),
         };
+        self.step_began = std::time::Instant::now();
+        if let Ok(json) = json::to_string_sized(&judged.snapshot, 2048) {
+            self.audit.view.put(ViewPart::Evidence, json);
+        }
+        if repaired {
+            if let Ok(json) = json::to_string_sized(&judged.draft, 1024) {
+                self.audit.view.put(ViewPart::RepairedDraft, json);
+            }
+        }
         let Some(semantic) = self.semantic_actor(ctx) else {
             let result = after_judgement(
                 &self.run_id,
@@ -258,6 +278,7 @@ impl RunSupervisor {
         ),
         ctx: &mut Context<Self>,
     ) {
+        self.times.judge = self.step_began.elapsed();
         match answer {
             Ok(StepOutcome::Done(judgement)) => {
                 let result = after_judgement(&self.run_id, judgement, judged, &mut self.audit);

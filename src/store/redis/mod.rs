@@ -25,8 +25,11 @@ pub use self::connection::RedisConnection;
 use self::scripts::{
     forgot_script, invoke, BeginArgs, CommitArgs, RecordsArgs, RenewArgs, Scripts, UnlockArgs,
 };
-use super::{Begin, Commit, Committed, Keys, LoadedRecords, Reading, StoreError, Watch, Watched};
+use super::{
+    Appended, Begin, Commit, Committed, Keys, LoadedRecords, Reading, StoreError, Watch, Watched,
+};
 use crate::config::RedisConfig;
+use crate::domain::decision::{DecisionRecord, StreamId};
 use crate::domain::invocation::MAX_CALL_ID_BYTES;
 use crate::telemetry;
 
@@ -277,7 +280,15 @@ impl RedisStore {
         run: &str,
         token: &str,
         commit: &Commit<'_>,
-    ) -> Result<Committed, StoreError> {
+    ) -> Result<(Committed, Appended), StoreError> {
+        // On one node the decision entry is appended by the commit script itself: no round
+        // trip of its own. A cluster script may only touch one slot, and the stream has its
+        // own: the caller appends it after answering.
+        let inline = match (&commit.decision, &self.commit_conn) {
+            (Some(entry), RedisConnection::Single(_)) => Some((self.keys.decisions(), *entry)),
+            _ => None,
+        };
+        let inlined = inline.is_some();
         let args = CommitArgs {
             lock: self.keys.lock(run),
             release: self.keys.release(run),
@@ -289,25 +300,42 @@ impl RedisStore {
             audit_record: commit.audit,
             cancelled_result: commit.cancelled_result,
             cancelled_audit_record: commit.cancelled_audit,
+            decision: inline,
         };
         let script = &self.scripts.commit;
         let (answer, acked) = self
             .invoke_acked(script, args.command(script))
             .await
             .map_err(failed_write("commit"))?;
-        let (what, stored): (String, String) = redis::from_redis_value(answer)
+        let (what, stored, appended): (String, String, String) = redis::from_redis_value(answer)
             .map_err(|e| StoreError::outcome_unknown("commit", e.to_string()))?;
         let stored = Some(stored).filter(|s| !s.is_empty());
         let committed = match (what.as_str(), stored) {
             ("decided", _) => Committed::Decided,
             ("cancelled", _) => Committed::Cancelled,
             ("stored", Some(stored)) => Committed::AlreadyStored(stored),
-            ("lost", stored) => return Ok(Committed::LockLost { stored }),
+            ("lost", stored) => return Ok((Committed::LockLost { stored }, Appended::Done)),
             (other, _) => {
                 return Err(StoreError::outcome_unknown(
                     "commit",
                     format!("unexpected answer {other:?} from the commit script"),
                 ))
+            }
+        };
+        let appended = match (&committed, appended.as_str()) {
+            (Committed::AlreadyStored(_), _) => Appended::Done,
+            _ if commit.decision.is_none() => Appended::Done,
+            _ if !inlined => Appended::Deferred,
+            (_, "ok") => Appended::Done,
+            (_, error) => {
+                telemetry::store_error("append_decision");
+                tracing::warn!(
+                    op = "append_decision",
+                    run_id = run,
+                    error,
+                    "the decision entry was not appended; the result stands"
+                );
+                Appended::Failed(error.to_string())
             }
         };
         // A result is answered only once `redis.min_replicas_ack` replicas have it: the
@@ -322,8 +350,65 @@ impl RedisStore {
                 tracing::warn!(op = "commit", "{message}");
                 Err(StoreError::outcome_unknown("commit", message))
             }
-            _ => Ok(committed),
+            _ => Ok((committed, appended)),
         }
+    }
+
+    /// `XADD P:decisions MAXLEN ~ max_len * fields…`, sent once more if the first try fails
+    /// (at least once: a consumer may see an entry twice, and tells them apart by run id).
+    /// A failure is counted and logged, and changes nothing else.
+    pub(super) async fn append_decision(&self, max_len: u64, fields: &[String]) -> Appended {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(self.keys.decisions())
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(max_len)
+            .arg("*")
+            .arg(fields);
+        let mut error = String::new();
+        for _ in 0..2 {
+            let mut conn = self.conn.clone();
+            match cmd.query_async::<Value>(&mut conn).await {
+                Ok(_) => return Appended::Done,
+                Err(e) => error = e.to_string(),
+            }
+        }
+        telemetry::store_error("append_decision");
+        tracing::warn!(op = "append_decision", error = %error, "the decision entry was not appended; the result stands");
+        Appended::Failed(error)
+    }
+
+    /// `XREVRANGE P:decisions END START COUNT count`, read leniently.
+    pub(super) async fn read_decisions(
+        &self,
+        end: Option<StreamId>,
+        start: Option<StreamId>,
+        count: usize,
+    ) -> Result<Vec<DecisionRecord>, StoreError> {
+        let end = end.map_or_else(|| "+".to_string(), |id| id.to_string());
+        let start = start.map_or_else(|| "-".to_string(), |id| id.to_string());
+        let mut conn = self.conn.clone();
+        let entries: Vec<(Vec<u8>, Vec<Vec<u8>>)> = redis::cmd("XREVRANGE")
+            .arg(self.keys.decisions())
+            .arg(end)
+            .arg(start)
+            .arg("COUNT")
+            .arg(count.max(1))
+            .query_async(&mut conn)
+            .await
+            .map_err(failed("read_decisions"))?;
+        Ok(entries
+            .iter()
+            .map(|(id, flat)| {
+                let text: Vec<std::borrow::Cow<'_, str>> =
+                    flat.iter().map(|v| String::from_utf8_lossy(v)).collect();
+                let pairs = text.chunks(2).filter_map(|pair| match pair {
+                    [name, value] => Some((name.as_ref(), value.as_ref())),
+                    _ => None,
+                });
+                DecisionRecord::from_fields(&String::from_utf8_lossy(id), pairs)
+            })
+            .collect())
     }
 
     /// Runs a write script. With `redis.min_replicas_ack` = 0 that is all (one round trip).

@@ -7,6 +7,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, Script};
 
 use crate::domain::invocation::RECORD_FIELDS;
+use crate::store::DecisionEntry;
 
 const UNLOCK: &str = include_str!("scripts/unlock.lua");
 const RENEW: &str = include_str!("scripts/renew.lua");
@@ -134,6 +135,9 @@ pub(super) struct CommitArgs<'a> {
     pub audit_record: &'a str,
     pub cancelled_result: &'a str,
     pub cancelled_audit_record: &'a str,
+    /// KEYS[5] and ARGV[7..]: the decision stream and the entries to append to it, on a
+    /// single node only (a cluster script may not touch the stream's slot).
+    pub decision: Option<(String, DecisionEntry<'a>)>,
 }
 
 impl CommitArgs<'_> {
@@ -146,17 +150,45 @@ impl CommitArgs<'_> {
             self.cancelled_result,
             self.cancelled_audit_record,
         ];
+        let entry_bytes = self.decision.as_ref().map_or(0, |(key, entry)| {
+            key.len()
+                + entry
+                    .decided
+                    .iter()
+                    .chain(entry.cancelled)
+                    .map(String::len)
+                    .sum::<usize>()
+                + 32
+        });
         let bytes = keys.iter().map(|k| k.len()).sum::<usize>()
             + texts.iter().map(|t| t.len()).sum::<usize>()
+            + entry_bytes
             + 64;
-        let mut cmd = evalsha(script, keys.len(), keys.len() + 6, bytes);
-        cmd.arg(&keys[..])
-            .arg(self.token)
+        let (entry_keys, entry_args) = self.decision.as_ref().map_or((0, 0), |(_, entry)| {
+            (1, 2 + entry.decided.len() + entry.cancelled.len())
+        });
+        let mut cmd = evalsha(
+            script,
+            keys.len() + entry_keys,
+            keys.len() + entry_keys + 6 + entry_args,
+            bytes,
+        );
+        cmd.arg(&keys[..]);
+        if let Some((key, _)) = &self.decision {
+            cmd.arg(key);
+        }
+        cmd.arg(self.token)
             .arg(self.ttl_seconds)
             .arg(self.result)
             .arg(self.audit_record)
             .arg(self.cancelled_result)
             .arg(self.cancelled_audit_record);
+        if let Some((_, entry)) = &self.decision {
+            cmd.arg(entry.max_len)
+                .arg(entry.decided.len() / 2)
+                .arg(entry.decided)
+                .arg(entry.cancelled);
+        }
         cmd
     }
 }
@@ -276,8 +308,27 @@ mod tests {
             audit_record: "{}",
             cancelled_result: "{}",
             cancelled_audit_record: "{}",
+            decision: None,
         };
         assert_eq!(args(&commit.command(&Scripts::new().commit)), 3 + 4 + 6);
-        assert!(COMMIT.contains("ARGV[6]") && !COMMIT.contains("ARGV[7]"));
+        let pairs = ["run_id".to_string(), "r".to_string()];
+        let with_entry = CommitArgs {
+            decision: Some((
+                "d".into(),
+                DecisionEntry {
+                    max_len: 10,
+                    decided: &pairs,
+                    cancelled: &pairs,
+                },
+            )),
+            ..commit
+        };
+        // Then the stream key, its length, the number of pairs and both entries' pairs.
+        assert_eq!(
+            args(&with_entry.command(&Scripts::new().commit)),
+            3 + 5 + 6 + 2 + 4
+        );
+        assert!(COMMIT.contains("KEYS[5]") && COMMIT.contains("ARGV[8]"));
+        assert!(COMMIT.contains("local FIRST_PAIR = 9"));
     }
 }
