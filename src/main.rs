@@ -114,12 +114,17 @@ struct EvalArgs {
 }
 
 /// A rate within 0..=1 (clap refuses anything else with exit 2).
-fn rate(text: &str) -> Result<f64, String> {
+fn rate(text: &str) -> Result<f64, NotARate> {
     match text.parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
-        _ => Err(format!("must be within 0..=1, not {text}")),
+        _ => Err(NotARate(text.to_string())),
     }
 }
+
+/// An argument that is not a rate within 0..=1.
+#[derive(Debug, thiserror::Error)]
+#[error("must be within 0..=1, not {0}")]
+struct NotARate(String);
 
 /// Why a subcommand did not succeed.
 #[derive(Debug, thiserror::Error)]
