@@ -15,6 +15,9 @@
 #      answered CANCELLED and the server's work must stop (its log says it cancelled the
 #      task, or its slot is idle within 2 s);
 #    - `release-harness eval eval/corpus` (the report lands in real-model-reports/);
+#    - `release-harness eval --format aggrefact eval/aggrefact/fixture.jsonl` (the judge on
+#      rows of the LLM-AggreFact shape; the judge's input limit set to what the server's
+#      context holds, so a document too long for it is reported over budget, not sent);
 #    - `release-harness check` on every example bundle that reaches a model.
 #    (The slowest part, the examples' repairs, comes last.)
 # It fails on a protocol problem (transport, rejected, schema or parse failures with
@@ -22,8 +25,11 @@
 #
 # Environment: REAL_MODEL_PORT (default: a free port), REAL_MODEL_STRUCTURED_OUTPUT
 # (default json_schema), REAL_MODEL_GGUF (use another GGUF instead of SmolLM2),
-# REAL_MODEL_EVAL_LIMIT (cases of the corpus to run; default all), REAL_MODEL_HARNESS_BIN (an
-# already built release-harness binary instead of a release build), REAL_MODEL_SKIP_PROBE.
+# REAL_MODEL_EVAL_LIMIT (cases of the corpus to run; default all), REAL_MODEL_AGGREFACT_SAMPLE
+# (a stratified sample of the fixture's rows; default all), REAL_MODEL_CTX (the server's
+# context in tokens, default 8192), REAL_MODEL_HARNESS_BIN (an already built release-harness
+# binary instead of a release build), REAL_MODEL_SKIP_PROBE, REAL_MODEL_STEPS (the steps to
+# run, default "probe cancel eval aggrefact check").
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -33,6 +39,9 @@ SERVER_BIN="$CACHE/bin/llama-server"
 VENV="$CACHE/venv"
 OUT="$ROOT/real-model-reports/$(date -u +%Y%m%dT%H%M%SZ)"
 MODE="${REAL_MODEL_STRUCTURED_OUTPUT:-json_schema}"
+CTX="${REAL_MODEL_CTX:-8192}"
+STEPS=" ${REAL_MODEL_STEPS:-probe cancel eval aggrefact check} "
+step() { [[ "$STEPS" == *" $1 "* ]]; }
 
 say() { printf '\n== %s\n' "$*" >&2; }
 die() { printf 'real-model: FAILED: %s\n' "$*" >&2; exit 1; }
@@ -106,7 +115,7 @@ PORT="${REAL_MODEL_PORT:-$(free_port)}"
 say "starting llama-server on 127.0.0.1:$PORT (log: $OUT/llama-server.log)"
 # One slot, so that "the slot is idle" means "no generation is running"; --slots exposes
 # /slots for the cancel check; batches of 64 tokens log the prompt's progress.
-"$SERVER_BIN" -m "$GGUF" --host 127.0.0.1 --port "$PORT" -c 4096 -np 1 --slots \
+"$SERVER_BIN" -m "$GGUF" --host 127.0.0.1 --port "$PORT" -c "$CTX" -np 1 --slots \
     -b 64 -ub 64 --threads 2 --no-webui >"$OUT/llama-server.log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 1 120); do
@@ -132,11 +141,12 @@ export HARNESS__SEMANTIC_GUARD__ATTEMPT_TIMEOUT_MS="${REAL_MODEL_ATTEMPT_TIMEOUT
 export HARNESS__SEMANTIC_GUARD__TOTAL_TIMEOUT_MS="${REAL_MODEL_TOTAL_TIMEOUT_MS:-250000}"
 export HARNESS__REPAIR__TIMEOUT_MS="${REAL_MODEL_REPAIR_TIMEOUT_MS:-180000}"
 
-if [[ -z "${REAL_MODEL_SKIP_PROBE:-}" ]]; then
+if [[ -z "${REAL_MODEL_SKIP_PROBE:-}" ]] && step probe; then
     say "probe-model"
     "$BIN" probe-model --json "$OUT/probe.json" | tee "$OUT/probe.txt" || die "probe-model found a protocol problem"
 fi
 
+if step cancel; then
 say "a cancel during a pending judge call, through serve"
 need_debian redis-server
 RPORT="$(free_port)"
@@ -201,13 +211,32 @@ grep -h 'launch_slot_\|cancel task\|stop processing\|eval time' "$OUT/llama-serv
 if [[ -z "$logged" || "$logged_ms" -gt 2000 ]] && [[ -z "$idle" || "$idle_ms" -gt 2500 ]]; then
     die "llama-server neither logged the cancel nor freed its slot within 2 s"
 fi
+fi
 
+if step eval; then
 say "eval on the corpus"
 limit=()
 [[ -n "${REAL_MODEL_EVAL_LIMIT:-}" ]] && limit=(--limit "$REAL_MODEL_EVAL_LIMIT")
 "$BIN" eval "$ROOT/eval/corpus" --out "$OUT/eval" "${limit[@]}" --max-protocol-failures 0 \
     || die "eval found protocol failures"
+fi
 
+if step aggrefact; then
+say "eval --format aggrefact on the fixture"
+sample=()
+[[ -n "${REAL_MODEL_AGGREFACT_SAMPLE:-}" ]] && sample=(--sample "$REAL_MODEL_AGGREFACT_SAMPLE" --seed 1)
+# The judge's input limit sized to the server's context (about 3 bytes per token, less the
+# answer's max_tokens): a longer request would be refused by the server (a protocol failure);
+# within the limit, the harness reports its row over budget instead, as serve fails closed.
+input_bytes=$(((CTX - 512) * 3))
+((input_bytes > 65536)) && input_bytes=65536
+HARNESS__SEMANTIC_GUARD__MAX_INPUT_BYTES="$input_bytes" \
+    "$BIN" eval --format aggrefact "$ROOT/eval/aggrefact/fixture.jsonl" --out "$OUT/aggrefact" \
+    "${sample[@]}" --max-protocol-failures 0 | tee "$OUT/aggrefact.txt" \
+    || die "eval --format aggrefact found protocol failures"
+fi
+
+if step check; then
 say "check on every example bundle that reaches a model"
 protocol_failures=0
 for bundle in "$ROOT"/examples/runs/*.json; do
@@ -237,5 +266,6 @@ for bundle in "$ROOT"/examples/runs/*.json; do
     fi
 done
 [[ $protocol_failures -eq 0 ]] || die "$protocol_failures example(s) had transport/rejected/schema/parse failures with $MODE"
+fi
 
 say "all protocol checks passed; reports in $OUT"

@@ -278,8 +278,12 @@ pub struct ProgressConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotConfig {
-    /// Longest excerpt, message or cell, in characters (`evidence.max_string_bytes` too).
+    /// Longest excerpt, message or cell, in characters.
     pub max_excerpt_chars: usize,
+    /// Longest excerpt, message or cell, in bytes once JSON-escaped: the judge's view of the
+    /// evidence, sized against `semantic_guard.max_input_bytes` (not
+    /// `evidence.max_string_bytes`, the cap on strings copied into results).
+    pub max_excerpt_bytes: usize,
     /// RAG hits and log entries per call.
     pub max_entries_per_call: usize,
     /// MySQL rows per call.
@@ -472,7 +476,7 @@ impl Config {
             return invalid("model.api_key", "must be printable ASCII without spaces");
         }
         let sg = &self.semantic_guard;
-        let must_be_positive: [(&'static str, u64); 29] = [
+        let must_be_positive: [(&'static str, u64); 30] = [
             ("decisions.max_len", self.decisions.max_len),
             ("evidence.max_record_bytes", self.evidence.max_record_bytes),
             (
@@ -533,6 +537,10 @@ impl Config {
                 self.snapshot.max_excerpt_chars as u64,
             ),
             (
+                "snapshot.max_excerpt_bytes",
+                self.snapshot.max_excerpt_bytes as u64,
+            ),
+            (
                 "snapshot.max_entries_per_call",
                 self.snapshot.max_entries_per_call as u64,
             ),
@@ -547,6 +555,14 @@ impl Config {
         ];
         if let Some((key, _)) = must_be_positive.iter().find(|(_, v)| *v == 0) {
             return invalid(key, "must be positive");
+        }
+        // An excerpt the judge's whole input could not hold would fail every release that
+        // cites it; one call's excerpts may still exceed it (that release fails closed).
+        if self.snapshot.max_excerpt_bytes as u64 > sg.max_input_bytes {
+            return invalid(
+                "snapshot.max_excerpt_bytes",
+                "must be at most semantic_guard.max_input_bytes (the judge's whole input)",
+            );
         }
         if self.redis.lock_lease_ms < 3 * self.cancel.poll_interval_ms.max(100) {
             return invalid(
@@ -569,6 +585,7 @@ impl Config {
         ReleasePolicy {
             snapshot: SnapshotLimits {
                 max_excerpt_chars: self.snapshot.max_excerpt_chars,
+                max_excerpt_bytes: self.snapshot.max_excerpt_bytes,
                 max_entries_per_call: self.snapshot.max_entries_per_call,
                 max_rows_per_call: self.snapshot.max_rows_per_call,
             },
@@ -710,6 +727,18 @@ mod tests {
                 Ok(())
             });
         }
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__SEMANTIC_GUARD__MAX_INPUT_BYTES", "8192");
+            jail.set_env("HARNESS__SNAPSHOT__MAX_EXCERPT_BYTES", "8193");
+            let err = Config::load().unwrap_err().to_string();
+            assert!(err.contains("snapshot.max_excerpt_bytes"), "{err}");
+            jail.set_env("HARNESS__SNAPSHOT__MAX_EXCERPT_BYTES", "8192");
+            assert!(
+                Config::load().is_ok(),
+                "the judge's whole input is the limit"
+            );
+            Ok(())
+        });
         Jail::expect_with(|jail| {
             jail.set_env("HARNESS__MODEL__API_KEY", "sk-abc\ndef");
             assert!(Config::load()

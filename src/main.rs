@@ -77,8 +77,10 @@ enum Command {
     },
     /// Measure the configured judge on a labelled corpus (run bundles with a label):
     /// confusion matrix, false-release, false-block, technical-failure and injection
-    /// success rates, latency and tokens. Exits 1 above --max-false-release (or
-    /// --max-protocol-failures, or when a case never reached the judge), 2 for a bad
+    /// success rates, latency and tokens. With --format aggrefact, on rows of the
+    /// LLM-AggreFact benchmark (JSON Lines or CSV: dataset, doc, claim, label 0/1):
+    /// balanced accuracy per dataset beside those rates. Exits 1 above --max-false-release
+    /// (or --max-protocol-failures, or when a case never reached the judge), 2 for a bad
     /// corpus or configuration.
     Eval(EvalArgs),
     /// Check the configured model server: one canary, one tiny judge and one tiny repair
@@ -94,8 +96,18 @@ enum Command {
 
 #[derive(clap::Args)]
 struct EvalArgs {
-    /// A directory of labelled cases (*.json), e.g. eval/corpus.
+    /// A directory of labelled cases (*.json), e.g. eval/corpus; with --format aggrefact a
+    /// JSON Lines or CSV file of rows, e.g. eval/aggrefact/fixture.jsonl.
     corpus: PathBuf,
+    /// `corpus` (labelled run bundles) or `aggrefact` (LLM-AggreFact rows).
+    #[arg(long, value_enum, default_value_t = EvalFormat::Corpus)]
+    format: EvalFormat,
+    /// --format aggrefact: judge a sample of N rows, stratified by dataset and label.
+    #[arg(long, conflicts_with = "limit")]
+    sample: Option<usize>,
+    /// The seed of --sample (the same seed, the same rows).
+    #[arg(long, default_value_t = 0, requires = "sample")]
+    seed: u64,
     /// Where report.json and report.md go (default eval-reports/<UTC time>).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -105,12 +117,18 @@ struct EvalArgs {
     /// Exit 1 when more model attempts than this failed for a protocol reason.
     #[arg(long)]
     max_protocol_failures: Option<usize>,
-    /// Run only the first N cases (in file-name order).
+    /// Run only the first N cases (in file-name order; rows in file order).
     #[arg(long)]
     limit: Option<usize>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum EvalFormat {
+    Corpus,
+    Aggrefact,
 }
 
 /// A rate within 0..=1 (clap refuses anything else with exit 2).
@@ -338,6 +356,11 @@ async fn fake_model(listen: String, verdict: String) -> Result<(), CliError> {
 }
 
 async fn eval(args: EvalArgs, config: Config) -> Result<(), CliError> {
+    match (args.format, args.sample) {
+        (EvalFormat::Aggrefact, _) => return eval_aggrefact(args, config).await,
+        (EvalFormat::Corpus, Some(_)) => return Err(EvalError::SampleOfCorpus.into()),
+        (EvalFormat::Corpus, None) => {}
+    }
     let mut cases = load_corpus(&args.corpus)?;
     if let Some(limit) = args.limit {
         cases.truncate(limit);
@@ -363,6 +386,35 @@ async fn eval(args: EvalArgs, config: Config) -> Result<(), CliError> {
         max_protocol_failures: args.max_protocol_failures,
     };
     let failed = gate.failures(&report);
+    if !failed.is_empty() {
+        return Err(CliError::No(No::EvalLimits(failed)));
+    }
+    Ok(())
+}
+
+/// `eval --format aggrefact FILE`: the judge on LLM-AggreFact rows.
+async fn eval_aggrefact(args: EvalArgs, config: Config) -> Result<(), CliError> {
+    use release_harness::tools::eval::aggrefact::{self, rows::load_rows, RowChoice};
+    let choice = RowChoice {
+        limit: args.limit,
+        sample: args.sample.map(|n| (n, args.seed)),
+    };
+    let (rows, selection, ignored) = aggrefact::select(load_rows(&args.corpus)?, choice);
+    let progress = if args.quiet {
+        Progress::Hidden
+    } else {
+        Progress::Bar
+    };
+    let report =
+        aggrefact::run_aggrefact(&config, &args.corpus, &rows, selection, ignored, progress)
+            .await?;
+    let out = args.out.unwrap_or_else(|| {
+        PathBuf::from("eval-reports").join(chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string())
+    });
+    aggrefact::write_report(&report, &out)?;
+    println!("{}", report.table());
+    eprintln!("report: {0}/report.json, {0}/report.md", out.display());
+    let failed = report.failures(args.max_false_release, args.max_protocol_failures);
     if !failed.is_empty() {
         return Err(CliError::No(No::EvalLimits(failed)));
     }

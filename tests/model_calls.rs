@@ -427,6 +427,15 @@ async fn limits_and_budgets_deny_without_sending() {
             attempts[0].ends_with("budget_denied"),
             "{what}: {attempts:?}"
         );
+        if what == "input bytes" {
+            // The audit says why, in words an operator can act on.
+            let detail = out.audit["model_attempts"][0]["detail"].as_str().unwrap();
+            assert!(
+                detail.contains("over the 200-byte input limit (semantic_guard.max_input_bytes)")
+                    && detail.contains("verified evidence do not fit"),
+                "{detail}"
+            );
+        }
     }
 }
 

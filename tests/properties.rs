@@ -895,11 +895,11 @@ proptest! {
     #[test]
     fn no_snapshot_result_or_prompt_ever_contains_a_call_id_or_raw_response(
         s in scenario(),
-        (max_excerpt_chars, max_entries_per_call, max_rows_per_call) in (1usize..600, 1usize..10, 1usize..20),
+        (max_excerpt_chars, max_excerpt_bytes, max_entries_per_call, max_rows_per_call) in (1usize..600, 1usize..600, 1usize..10, 1usize..20),
         max_facts in 1usize..=20,
     ) {
         // Random bounds, so that truncated excerpts and omitted entries are covered too.
-        let snapshot = SnapshotLimits { max_excerpt_chars, max_entries_per_call, max_rows_per_call };
+        let snapshot = SnapshotLimits { max_excerpt_chars, max_excerpt_bytes, max_entries_per_call, max_rows_per_call };
         let policy = ReleasePolicy { snapshot, max_facts, ..ReleasePolicy::defaults() };
         let mut audit = Audit::new(&s.run_id, StopReason::FinalAnswer);
         let step = release::begin(

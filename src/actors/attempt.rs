@@ -243,9 +243,10 @@ pub async fn attempt<T>(
     if request_bytes > limits.max_input_bytes {
         let usage = ctx.budget.send(Usage).await.unwrap_or_default();
         ctx.recorded.do_send(AttemptRecorded {
-            attempt: denied(format!(
-                "the request is {request_bytes} bytes, over the {}-byte input limit",
-                limits.max_input_bytes
+            attempt: denied(crate::domain::audit::over_input_limit(
+                ctx.role,
+                request_bytes,
+                limits.max_input_bytes,
             )),
             budget: usage,
         });

@@ -64,6 +64,31 @@ impl AttemptOutcome {
     }
 }
 
+/// What every attempt denied for its size says (see [`over_input_limit`]).
+pub const OVER_INPUT_LIMIT: &str = "-byte input limit";
+
+/// The audit detail of an attempt not sent because its request is over its role's input
+/// limit (`semantic_guard.max_input_bytes`, `repair.max_input_bytes`): for the judge, the
+/// Draft and its evidence do not fit what the judge may read, and the release fails closed.
+pub fn over_input_limit(role: ModelRole, request_bytes: u64, max_input_bytes: u64) -> String {
+    let (what, key) = match role {
+        ModelRole::Semantic => (
+            "the Draft and its verified evidence",
+            "semantic_guard.max_input_bytes",
+        ),
+        ModelRole::Repair => ("the Draft and its violations", "repair.max_input_bytes"),
+    };
+    format!(
+        "the request is {request_bytes} bytes, over the {max_input_bytes}{OVER_INPUT_LIMIT} \
+         ({key}): {what} do not fit"
+    )
+}
+
+/// Whether an attempt's detail says it was denied by [`over_input_limit`].
+pub fn is_over_input_limit(detail: &str) -> bool {
+    detail.contains(OVER_INPUT_LIMIT)
+}
+
 /// One model attempt (sent or denied before sending).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelAttempt {

@@ -127,21 +127,23 @@ impl<'a> Redactor<'a> {
 
     /// A string copied from a record: masked, then cut to `max_string_bytes`.
     pub fn text(&self, text: &str) -> String {
-        self.cut(text, usize::MAX).0
+        self.cut(text, usize::MAX, self.limits.max_string_bytes).0
     }
 
     /// An excerpt, log message or cell of the snapshot: masked, then cut to `max_chars`
-    /// characters and to `max_string_bytes`. Says whether it was cut.
-    pub fn excerpt(&self, text: &str, max_chars: usize) -> (String, bool) {
-        self.cut(text, max_chars)
+    /// characters and `max_bytes` bytes of its JSON-escaped form (the snapshot's own excerpt
+    /// limits, not `max_string_bytes`: the judge must see enough of the evidence). Says
+    /// whether it was cut.
+    pub fn excerpt(&self, text: &str, max_chars: usize, max_bytes: usize) -> (String, bool) {
+        self.cut(text, max_chars, max_bytes)
     }
 
     /// A MySQL cell: strings as excerpts, arrays and objects as their bounded JSON text.
-    pub fn cell(&self, cell: &Value, max_chars: usize) -> Value {
+    pub fn cell(&self, cell: &Value, max_chars: usize, max_bytes: usize) -> Value {
         match cell {
-            Value::String(s) => Value::String(self.excerpt(s, max_chars).0),
+            Value::String(s) => Value::String(self.excerpt(s, max_chars, max_bytes).0),
             Value::Array(_) | Value::Object(_) => {
-                Value::String(self.excerpt(&cell.to_string(), max_chars).0)
+                Value::String(self.excerpt(&cell.to_string(), max_chars, max_bytes).0)
             }
             other => other.clone(),
         }
@@ -280,23 +282,22 @@ impl<'a> Redactor<'a> {
     /// [`Redactor::text`] appended to `out`: the same characters, without a `String` of
     /// its own.
     pub fn push_text(&self, out: &mut String, text: &str) {
-        self.cut_into(out, text, usize::MAX);
+        self.cut_into(out, text, usize::MAX, self.limits.max_string_bytes);
     }
 
-    /// Masks `text`, keeps at most `max_chars` characters and `max_string_bytes` escaped
-    /// bytes of the masked text, and marks a cut with [`TRUNCATED`].
-    fn cut(&self, text: &str, max_chars: usize) -> (String, bool) {
+    /// Masks `text`, keeps at most `max_chars` characters and `max_bytes` escaped bytes of
+    /// the masked text, and marks a cut with [`TRUNCATED`].
+    fn cut(&self, text: &str, max_chars: usize, max_bytes: usize) -> (String, bool) {
         // Sized for the copy of an unmasked, uncut text: it grows only for a longer mask.
-        let mut out = String::with_capacity(text.len().min(self.limits.max_string_bytes));
-        let cut = self.cut_into(&mut out, text, max_chars);
+        let mut out = String::with_capacity(text.len().min(max_bytes));
+        let cut = self.cut_into(&mut out, text, max_chars, max_bytes);
         (out, cut)
     }
 
     /// [`Redactor::cut`] appended to `out` (what was in `out` before is left as it is and
     /// plays no part); says whether the copy was cut or replaced.
-    fn cut_into(&self, out: &mut String, text: &str, max_chars: usize) -> bool {
+    fn cut_into(&self, out: &mut String, text: &str, max_chars: usize, max_bytes: usize) -> bool {
         let start = out.len();
-        let max_bytes = self.limits.max_string_bytes;
         let (mut bytes, mut chars, mut cut, mut masked) = (0usize, 0usize, false, false);
         'pieces: for piece in self.ids.pieces(text) {
             masked |= !matches!(piece, Piece::Text(_));
@@ -422,7 +423,7 @@ pub(crate) mod tests {
         let r = redactor(&ids);
         let text = format!("{} c-10", "x".repeat(252));
         assert_eq!(r.text(&text), format!("{} {TRUNCATED}", "x".repeat(252)));
-        let (excerpt, cut) = r.excerpt("see c-10", 7);
+        let (excerpt, cut) = r.excerpt("see c-10", 7, 256);
         assert_eq!(excerpt, format!("see {TRUNCATED}"));
         assert!(cut);
     }
@@ -431,8 +432,31 @@ pub(crate) mod tests {
     fn excerpts_are_cut_by_characters_too() {
         let ids = ids();
         let r = redactor(&ids);
-        assert_eq!(r.excerpt("abcdef", 3), (format!("abc{TRUNCATED}"), true));
-        assert_eq!(r.excerpt("abc", 3), ("abc".to_string(), false));
+        assert_eq!(
+            r.excerpt("abcdef", 3, 256),
+            (format!("abc{TRUNCATED}"), true)
+        );
+        assert_eq!(r.excerpt("abc", 3, 256), ("abc".to_string(), false));
+    }
+
+    #[test]
+    fn excerpts_have_their_own_byte_limit_not_the_record_string_cap() {
+        let ids = ids();
+        let r = redactor(&ids);
+        assert_eq!(r.limits.max_string_bytes, 256);
+        let long = "x".repeat(1000);
+        assert_eq!(r.excerpt(&long, 4096, 4096), (long.clone(), false));
+        assert_eq!(
+            r.excerpt(&long, 4096, 100),
+            (format!("{}{TRUNCATED}", "x".repeat(100)), true)
+        );
+        // Escapes count against the excerpt's byte limit too.
+        let quotes = "\"".repeat(1000);
+        let (cut, was_cut) = r.excerpt(&quotes, 4096, 1000);
+        assert!(was_cut);
+        assert_eq!(cut.chars().filter(|c| *c == '"').count(), 500);
+        // A record string stays within the cap.
+        assert_eq!(r.text(&long), format!("{}{TRUNCATED}", "x".repeat(256)));
     }
 
     #[test]

@@ -18,11 +18,16 @@ use super::evidence_guard::ResolvedRun;
 use super::invocation::{EvidenceStatus, Projection, ToolName, UsableCall};
 use super::scope::Scope;
 
-/// Bounds of the verified snapshot (config section `snapshot`).
+/// Bounds of the verified snapshot (config section `snapshot`). Excerpts have their own
+/// limits, sized against the judge's input budget (`semantic_guard.max_input_bytes`), not
+/// the record-string cap `evidence.max_string_bytes`: the judge must see enough of the
+/// evidence to judge, and evidence past its input budget fails the release closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotLimits {
     /// Longest excerpt, log message or string cell, in characters.
     pub max_excerpt_chars: usize,
+    /// Longest excerpt, log message or string cell, in bytes of its JSON-escaped form.
+    pub max_excerpt_bytes: usize,
     /// RAG hits and log entries kept per call.
     pub max_entries_per_call: usize,
     /// MySQL rows kept per call.
@@ -32,10 +37,51 @@ pub struct SnapshotLimits {
 impl Default for SnapshotLimits {
     fn default() -> Self {
         SnapshotLimits {
-            max_excerpt_chars: 600,
+            max_excerpt_chars: 4096,
+            max_excerpt_bytes: 4096,
             max_entries_per_call: 10,
             max_rows_per_call: 20,
         }
+    }
+}
+
+impl SnapshotLimits {
+    /// `text` split into consecutive pieces that the snapshot keeps whole: each within
+    /// `max_excerpt_chars` characters and `max_excerpt_bytes` JSON-escaped bytes, cut after
+    /// the last line break (else the last whitespace) in the second half of a full piece,
+    /// else at a character boundary. The pieces joined give `text` back. How a long document
+    /// becomes a RAG call's hits without a cut (`eval --format aggrefact`); whether the
+    /// snapshot keeps them all is `max_entries_per_call`'s to say.
+    pub fn split_excerpts<'t>(&self, text: &'t str) -> Vec<&'t str> {
+        let max_chars = self.max_excerpt_chars.max(1);
+        let max_bytes = self.max_excerpt_bytes.max(6);
+        let mut pieces = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            // The longest prefix within both limits.
+            let (mut chars, mut bytes, mut end) = (0usize, 0usize, rest.len());
+            for (at, c) in rest.char_indices() {
+                let width = super::bounded::escaped_len(c);
+                if chars == max_chars || bytes + width > max_bytes {
+                    end = at;
+                    break;
+                }
+                chars += 1;
+                bytes += width;
+            }
+            if end < rest.len() {
+                let window = &rest[..end];
+                let half = end / 2;
+                let after = |at: Option<usize>| at.filter(|&at| at >= half).map(|at| at + 1);
+                end = after(window.rfind('\n'))
+                    .or_else(|| after(window.rfind([' ', '\t'])))
+                    .unwrap_or(end);
+            }
+            let (piece, tail) = rest.split_at(end);
+            pieces.push(piece);
+            rest = tail;
+        }
+        pieces
     }
 }
 
@@ -140,8 +186,11 @@ impl EvidenceItem {
                     .iter()
                     .take(limits.max_entries_per_call)
                     .map(|h| {
-                        let (excerpt, excerpt_truncated) =
-                            redact.excerpt(&h.excerpt, limits.max_excerpt_chars);
+                        let (excerpt, excerpt_truncated) = redact.excerpt(
+                            &h.excerpt,
+                            limits.max_excerpt_chars,
+                            limits.max_excerpt_bytes,
+                        );
                         SnapshotHit {
                             source: text(&h.doc_id),
                             title: optional(&h.title),
@@ -162,8 +211,11 @@ impl EvidenceItem {
                     .iter()
                     .take(limits.max_entries_per_call)
                     .map(|e| {
-                        let (message, message_truncated) =
-                            redact.excerpt(&e.message, limits.max_excerpt_chars);
+                        let (message, message_truncated) = redact.excerpt(
+                            &e.message,
+                            limits.max_excerpt_chars,
+                            limits.max_excerpt_bytes,
+                        );
                         SnapshotLogEntry {
                             timestamp: text(&e.timestamp),
                             host: optional(&e.host),
@@ -184,7 +236,9 @@ impl EvidenceItem {
                     .take(limits.max_rows_per_call)
                     .map(|row| {
                         row.iter()
-                            .map(|c| redact.cell(c, limits.max_excerpt_chars))
+                            .map(|c| {
+                                redact.cell(c, limits.max_excerpt_chars, limits.max_excerpt_bytes)
+                            })
                             .collect()
                     })
                     .collect(),
@@ -698,6 +752,7 @@ mod tests {
         let run = evidence.resolve(&draft.cited_call_ids());
         let limits = SnapshotLimits {
             max_excerpt_chars: 100,
+            max_excerpt_bytes: 4096,
             max_entries_per_call: 3,
             max_rows_per_call: 2,
         };
@@ -710,6 +765,85 @@ mod tests {
             format!("0{}…[truncated]", "x".repeat(99))
         );
         assert_eq!(item["entries"][0]["message_truncated"], true);
+    }
+
+    #[test]
+    fn excerpts_reach_the_judge_past_the_record_string_cap() {
+        // 3000 bytes: far over evidence.max_string_bytes (256), within the excerpt limits.
+        let long = "The replica lag grew to 41 s. ".repeat(100);
+        let rec = record(
+            "r",
+            "c",
+            "rag_search",
+            "EVIDENCE_FOUND",
+            json!({"tool": "rag_search", "tool_call_id": "c", "evidence_status": "EVIDENCE_FOUND",
+                   "scope": {"query": "q", "top_k": 1},
+                   "hits": [{"doc_id": "kb-1", "excerpt": long}]}),
+        );
+        let mut evidence = run_evidence();
+        evidence.records.insert("c".into(), rec);
+        let mut draft = good_draft();
+        draft.analyses[0].tool_call_ids = vec!["c".into()];
+        let run = evidence.resolve(&draft.cited_call_ids());
+        let snap = serde_json::to_value(build(&draft, &run, &SnapshotLimits::default())).unwrap();
+        let hit = &snap["analyses"][0]["evidence"][0]["hits"][0];
+        assert_eq!(hit["excerpt"], long.as_str());
+        assert!(hit.get("excerpt_truncated").is_none());
+        // Past the excerpt's own byte limit it is cut, with the marker.
+        let tight = SnapshotLimits {
+            max_excerpt_bytes: 1000,
+            ..SnapshotLimits::default()
+        };
+        let snap = serde_json::to_value(build(&draft, &run, &tight)).unwrap();
+        let hit = &snap["analyses"][0]["evidence"][0]["hits"][0];
+        assert_eq!(hit["excerpt"], format!("{}…[truncated]", &long[..1000]));
+        assert_eq!(hit["excerpt_truncated"], true);
+    }
+
+    #[test]
+    fn a_document_splits_into_whole_excerpts_at_line_breaks_then_spaces() {
+        let limits = SnapshotLimits {
+            max_excerpt_chars: 20,
+            max_excerpt_bytes: 20,
+            ..SnapshotLimits::default()
+        };
+        assert_eq!(
+            limits.split_excerpts("first line\nsecond line here and more"),
+            vec!["first line\n", "second line here ", "and more"]
+        );
+        // No break in the second half: cut at the limit.
+        assert_eq!(
+            limits.split_excerpts(&"x".repeat(45)),
+            vec!["x".repeat(20), "x".repeat(20), "x".repeat(5)]
+        );
+        // Escapes count: a quote takes two bytes, so ten fit.
+        assert_eq!(limits.split_excerpts(&"\"".repeat(12))[0], "\"".repeat(10));
+        assert!(limits.split_excerpts("").is_empty());
+        assert_eq!(
+            SnapshotLimits::default().split_excerpts("short"),
+            vec!["short"]
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn split_excerpts_give_the_text_back_in_pieces_the_snapshot_keeps_whole(
+            text in "[a-z \\n\"é\\u{1}]{0,300}",
+            max_chars in 1usize..40,
+            max_bytes in 6usize..60,
+        ) {
+            let limits = SnapshotLimits { max_excerpt_chars: max_chars, max_excerpt_bytes: max_bytes, ..SnapshotLimits::default() };
+            let pieces = limits.split_excerpts(&text);
+            prop_assert_eq!(pieces.concat(), text.clone());
+            let ids = RunIdentifiers::new(["c-1"], "aiops");
+            let redact = Redactor::new(&ids, CopyLimits::default());
+            for piece in pieces {
+                prop_assert!(!piece.is_empty());
+                let (copied, cut) = redact.excerpt(piece, max_chars, max_bytes);
+                prop_assert!(!cut, "{:?} was cut", piece);
+                prop_assert_eq!(copied, piece);
+            }
+        }
     }
 
     #[test]

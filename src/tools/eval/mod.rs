@@ -3,7 +3,10 @@
 //! Entry points: [`load_corpus`] (labelled run bundles, strict), [`run_eval`] (each case
 //! through the same actor tree, request building and verdict parsing as `serve`, against
 //! the configured model) and [`report::EvalReport`] (the arithmetic and its renderings).
+//! [`aggrefact`] does the same for rows of the public LLM-AggreFact benchmark
+//! (`eval --format aggrefact FILE`).
 
+pub mod aggrefact;
 pub mod report;
 
 use std::path::{Path, PathBuf};
@@ -106,6 +109,10 @@ pub enum EvalError {
     Case { case: String, why: String },
     #[error("the corpus {0} holds no case (*.json)")]
     Empty(PathBuf),
+    #[error("{0} holds no row")]
+    NoRows(PathBuf),
+    #[error("--sample applies to --format aggrefact only")]
+    SampleOfCorpus,
     #[error("no model is configured (model.base_url is empty): eval measures a model")]
     NoModel,
     #[error("cannot write the report into {dir}: {source}")]
@@ -166,16 +173,7 @@ pub async fn run_eval(
     if !config.model_configured() {
         return Err(EvalError::NoModel);
     }
-    let bar = match progress {
-        Progress::Bar => {
-            ProgressBar::with_draw_target(Some(cases.len() as u64), ProgressDrawTarget::stderr())
-        }
-        Progress::Hidden => ProgressBar::hidden(),
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} cases {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar(cases.len(), progress, "cases");
     let started = std::time::Instant::now();
     let mut results = Vec::with_capacity(cases.len());
     for case in cases {
@@ -196,9 +194,9 @@ pub async fn run_eval(
     ))
 }
 
-/// Reads what the judge decided from the release's audit record.
-fn case_result(case: &EvalCase, audit: &Value, fallback: Option<FallbackType>) -> CaseResult {
-    let attempts: Vec<report::AttemptSummary> = audit["model_attempts"]
+/// The model attempts of a release, from its audit record.
+pub(crate) fn attempt_summaries(audit: &Value) -> Vec<report::AttemptSummary> {
+    audit["model_attempts"]
         .as_array()
         .into_iter()
         .flatten()
@@ -211,7 +209,23 @@ fn case_result(case: &EvalCase, audit: &Value, fallback: Option<FallbackType>) -
             completion_tokens: a["completion_tokens"].as_u64(),
             request_bytes: a["request_bytes"].as_u64().unwrap_or(0),
         })
-        .collect();
+        .collect()
+}
+
+/// The judge's reason from an audit record, at most 200 characters.
+pub(crate) fn bounded_reason(audit: &Value) -> Option<String> {
+    audit["verdict"]["reason"].as_str().map(|full| {
+        let mut r: String = full.chars().take(200).collect();
+        if r.len() < full.len() {
+            r.push('…');
+        }
+        r
+    })
+}
+
+/// Reads what the judge decided from the release's audit record.
+fn case_result(case: &EvalCase, audit: &Value, fallback: Option<FallbackType>) -> CaseResult {
+    let attempts = attempt_summaries(audit);
     let verdict = audit["verdict"]["verdict"].as_str();
     let violations = audit["violations"].as_array().map_or(0, Vec::len);
     let judged = match (verdict, fallback) {
@@ -228,20 +242,13 @@ fn case_result(case: &EvalCase, audit: &Value, fallback: Option<FallbackType>) -
             other.map(FallbackType::as_str).unwrap_or("no fallback")
         )),
     };
-    let reason = audit["verdict"]["reason"].as_str().map(|r| {
-        let mut r: String = r.chars().take(200).collect();
-        if r.len() < audit["verdict"]["reason"].as_str().map_or(0, str::len) {
-            r.push('…');
-        }
-        r
-    });
     CaseResult {
         id: case.id.clone(),
         category: case.category.clone(),
         label: case.label,
         injection: case.is_injection(),
         judged,
-        reason,
+        reason: bounded_reason(audit),
         attempts,
     }
 }
@@ -283,8 +290,29 @@ impl Gate {
     }
 }
 
-/// Writes `report.json` and `report.md` into `dir` (created if needed).
-pub fn write_report(report: &EvalReport, dir: &Path) -> Result<(), EvalError> {
+/// A progress bar on stderr over `len` items called `unit`, or a hidden one.
+pub(crate) fn progress_bar(len: usize, progress: Progress, unit: &str) -> ProgressBar {
+    let bar = match progress {
+        Progress::Bar => {
+            ProgressBar::with_draw_target(Some(len as u64), ProgressDrawTarget::stderr())
+        }
+        Progress::Hidden => ProgressBar::hidden(),
+    };
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {unit} {{msg}}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// Writes `report.json` (`report` as JSON) and `report.md` into `dir` (created if needed).
+pub(crate) fn write_files<T: serde::Serialize>(
+    dir: &Path,
+    report: &T,
+    markdown: &str,
+) -> Result<(), EvalError> {
     let failed = |source| EvalError::Write {
         dir: dir.to_path_buf(),
         source,
@@ -292,6 +320,11 @@ pub fn write_report(report: &EvalReport, dir: &Path) -> Result<(), EvalError> {
     std::fs::create_dir_all(dir).map_err(failed)?;
     let json = serde_json::to_string_pretty(report).map_err(|e| failed(e.into()))?;
     std::fs::write(dir.join("report.json"), json).map_err(failed)?;
-    std::fs::write(dir.join("report.md"), report.markdown()).map_err(failed)?;
+    std::fs::write(dir.join("report.md"), markdown).map_err(failed)?;
     Ok(())
+}
+
+/// Writes `report.json` and `report.md` into `dir` (created if needed).
+pub fn write_report(report: &EvalReport, dir: &Path) -> Result<(), EvalError> {
+    write_files(dir, report, &report.markdown())
 }
