@@ -20,6 +20,7 @@ use crate::actors::{ReleaseError, ReleaseRequest, StepOutcome};
 use crate::domain::audit::{CancelSource, RepairAudit, ViewPart};
 use crate::domain::draft::Draft;
 use crate::domain::evidence_guard::{ResolvedRun, RunEvidence, Violation};
+use crate::domain::identifiers::RunIdentifiers;
 use crate::domain::json;
 use crate::domain::release::{
     self, after_judgement, DraftInput, Judgeable, Judgement, ReleaseResult, RepairFailure, Step,
@@ -105,12 +106,19 @@ impl RunSupervisor {
             ..
         } = request;
         self.audit.view.set_query(&query);
+        let policy = self.harness.config.release_policy();
         if let DraftInput::Parsed(parsed) = &draft {
             if let Ok(json) = json::to_string_sized(parsed, 1024) {
-                self.audit.view.put(ViewPart::Draft, json);
+                // The audit names fields, never quotes a Redis key of the run: the Draft
+                // as the console shows it has the run's keys and call ids masked, as every
+                // text copied from the run is.
+                let ids = RunIdentifiers::new(
+                    evidence.calls.iter().chain(evidence.records.keys()),
+                    &policy.key_prefix,
+                );
+                self.audit.view.put(ViewPart::Draft, ids.mask(&json));
             }
         }
-        let policy = self.harness.config.release_policy();
         let step = release::begin(stop_reason, draft, &evidence, &policy, &mut self.audit);
         self.times.evidence = self.began.elapsed();
         if let Some(deciding) = self.deciding() {
