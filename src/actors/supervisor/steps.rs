@@ -109,14 +109,10 @@ impl RunSupervisor {
         let policy = self.harness.config.release_policy();
         if let DraftInput::Parsed(parsed) = &draft {
             if let Ok(json) = json::to_string_sized(parsed, 1024) {
-                // The audit names fields, never quotes a Redis key of the run: the Draft
-                // as the console shows it has the run's keys and call ids masked, as every
-                // text copied from the run is.
-                let ids = RunIdentifiers::new(
-                    evidence.calls.iter().chain(evidence.records.keys()),
-                    &policy.key_prefix,
-                );
-                self.audit.view.put(ViewPart::Draft, ids.mask(&json));
+                // The audit may name call ids (the console shows what each analysis
+                // cites) but never quotes a Redis key: keys in the Draft's text are masked.
+                let keys = RunIdentifiers::new(std::iter::empty::<&str>(), &policy.key_prefix);
+                self.audit.view.put(ViewPart::Draft, keys.mask(&json));
             }
         }
         let step = release::begin(stop_reason, draft, &evidence, &policy, &mut self.audit);
