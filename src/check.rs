@@ -44,6 +44,8 @@ pub enum BundleError {
         path: String,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    File(Box<crate::input_file::InputError>),
     #[error("the bundle is not valid: {0}")]
     Invalid(String),
     #[error(transparent)]
@@ -51,12 +53,17 @@ pub enum BundleError {
 }
 
 impl RunBundle {
-    /// Reads and parses the bundle file at `path`.
+    /// Reads and parses the bundle file at `path` (a regular file of at most
+    /// [`DEFAULT_MAX_BUNDLE_BYTES`](crate::input_file::DEFAULT_MAX_BUNDLE_BYTES)).
     pub fn read(path: &std::path::Path) -> Result<RunBundle, BundleError> {
-        let text = std::fs::read_to_string(path).map_err(|source| BundleError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        RunBundle::read_bounded(path, crate::input_file::DEFAULT_MAX_BUNDLE_BYTES)
+    }
+
+    /// Reads and parses the bundle file at `path`: a regular file of at most `max_bytes`
+    /// ([`crate::input_file::read_bounded`]).
+    pub fn read_bounded(path: &std::path::Path, max_bytes: u64) -> Result<RunBundle, BundleError> {
+        let text = crate::input_file::read_bounded(path, max_bytes)
+            .map_err(|e| BundleError::File(Box::new(e)))?;
         RunBundle::parse(&text)
     }
 

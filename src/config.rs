@@ -86,15 +86,17 @@ pub struct ServerConfig {
     /// This replica's name in lock tokens and 409 answers; empty = host name and pid.
     pub replica_name: String,
     /// Also accept HTTP/2 without TLS (h2c with prior knowledge) on `listen`, beside
-    /// HTTP/1.1. Off by default: actix-web's h2c detection waits for a connection's first
-    /// bytes with no time limit, so a client that connects and sends nothing is never closed
-    /// (over HTTP/1.1 alone it gets 408 after `client_request_timeout_ms`).
+    /// HTTP/1.1, through the bounded front door (`http::front_door`): a connection must
+    /// send its first bytes within `client_request_timeout_ms`.
     pub accept_h2c: bool,
     /// Releases admitted at once on this replica; beyond it a release is answered `503
     /// overloaded` at the door (a stored result is still replayed).
     pub max_in_flight: usize,
     /// The `Retry-After` (whole seconds, at least 1) of a `503 overloaded`.
     pub overloaded_retry_after_s: u64,
+    /// Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS,
+    /// announced); more are refused by the client's h2 stack or reset.
+    pub h2_max_concurrent_streams: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -311,6 +313,12 @@ pub struct EvidenceConfig {
     /// sources past it fail the release closed (`sources_too_large`), facts past it are
     /// dropped oldest first.
     pub max_written_bytes: usize,
+    /// Distinct call ids one Draft may cite; a Draft citing more breaks EvidenceGuard
+    /// (`too_many_cited_calls`) before any of its ids reaches Redis.
+    pub max_cited_calls: usize,
+    /// Largest calls list a release reads, in bytes as Redis holds it (`MEMORY USAGE`); a
+    /// larger list makes every call of the run unusable (`calls_too_large`).
+    pub max_calls_list_bytes: u64,
 }
 
 /// The decision stream `P:decisions` (CONTRACT §1): one entry per committed release.
@@ -476,7 +484,7 @@ impl Config {
             return invalid("model.api_key", "must be printable ASCII without spaces");
         }
         let sg = &self.semantic_guard;
-        let must_be_positive: [(&'static str, u64); 30] = [
+        let must_be_positive: [(&'static str, u64); 33] = [
             ("decisions.max_len", self.decisions.max_len),
             ("evidence.max_record_bytes", self.evidence.max_record_bytes),
             (
@@ -495,12 +503,24 @@ impl Config {
                 "evidence.max_written_bytes",
                 self.evidence.max_written_bytes as u64,
             ),
+            (
+                "evidence.max_cited_calls",
+                self.evidence.max_cited_calls as u64,
+            ),
+            (
+                "evidence.max_calls_list_bytes",
+                self.evidence.max_calls_list_bytes,
+            ),
             ("redis.lock_lease_ms", self.redis.lock_lease_ms),
             ("cancel.poll_interval_ms", self.cancel.poll_interval_ms),
             ("server.max_body_bytes", self.server.max_body_bytes as u64),
             (
                 "server.client_request_timeout_ms",
                 self.server.client_request_timeout_ms,
+            ),
+            (
+                "server.h2_max_concurrent_streams",
+                u64::from(self.server.h2_max_concurrent_streams),
             ),
             ("redis.response_timeout_ms", self.redis.response_timeout_ms),
             (
@@ -596,6 +616,7 @@ impl Config {
                 max_written_bytes: self.evidence.max_written_bytes,
             },
             key_prefix: self.redis.key_prefix.clone(),
+            max_cited_calls: self.evidence.max_cited_calls,
         }
     }
 

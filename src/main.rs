@@ -19,7 +19,7 @@ use release_harness::domain::release::Outcome;
 use release_harness::http::{Application, StartError};
 use release_harness::telemetry;
 use release_harness::tools::eval::{
-    load_corpus, run_eval, write_report, EvalError, Gate, Progress,
+    load_corpus_with, run_eval, write_report, EvalError, Gate, Progress,
 };
 use release_harness::tools::fake_model::{FakeModel, FakeModelOptions};
 use release_harness::tools::probe::probe;
@@ -74,6 +74,10 @@ enum Command {
     Check {
         /// The run bundle (JSON).
         bundle: PathBuf,
+        /// Refuse (exit 2) a bundle larger than this, in bytes, or one that is not a
+        /// regular file.
+        #[arg(long, default_value_t = release_harness::input_file::DEFAULT_MAX_BUNDLE_BYTES)]
+        max_bundle_bytes: u64,
     },
     /// Measure the configured judge on a labelled corpus (run bundles with a label):
     /// confusion matrix, false-release, false-block, technical-failure and injection
@@ -117,9 +121,14 @@ struct EvalArgs {
     /// Exit 1 when more model attempts than this failed for a protocol reason.
     #[arg(long)]
     max_protocol_failures: Option<usize>,
-    /// Run only the first N cases (in file-name order; rows in file order).
+    /// Run only the first N cases (in file-name order; rows in file order); of a corpus,
+    /// only they are read.
     #[arg(long)]
     limit: Option<usize>,
+    /// Refuse (exit 2) a case file larger than this, in bytes, or one that is not a
+    /// regular file.
+    #[arg(long, default_value_t = release_harness::input_file::DEFAULT_MAX_BUNDLE_BYTES)]
+    max_bundle_bytes: u64,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -230,7 +239,10 @@ impl Command {
         let system = actix::System::new();
         match self {
             Command::Serve => system.block_on(serve(Config::load()?)),
-            Command::Check { bundle } => system.block_on(check(Config::load()?, &bundle)),
+            Command::Check {
+                bundle,
+                max_bundle_bytes,
+            } => system.block_on(check(Config::load()?, &bundle, max_bundle_bytes)),
             Command::Soak(args) => system.block_on(soak(args, Config::load()?)),
             Command::Seed { bundle, print_body } => {
                 system.block_on(seed(Config::load()?, &bundle, print_body))
@@ -294,8 +306,8 @@ async fn log_probe(config: Config) {
     }
 }
 
-async fn check(config: Config, path: &Path) -> Result<(), CliError> {
-    let bundle = RunBundle::read(path).map_err(CheckError::from)?;
+async fn check(config: Config, path: &Path, max_bundle_bytes: u64) -> Result<(), CliError> {
+    let bundle = RunBundle::read_bounded(path, max_bundle_bytes).map_err(CheckError::from)?;
     bundle.request().map_err(CheckError::from)?;
     let model_configured = config.model_configured();
     let output = run_check(config, &bundle).await?;
@@ -361,10 +373,7 @@ async fn eval(args: EvalArgs, config: Config) -> Result<(), CliError> {
         (EvalFormat::Corpus, Some(_)) => return Err(EvalError::SampleOfCorpus.into()),
         (EvalFormat::Corpus, None) => {}
     }
-    let mut cases = load_corpus(&args.corpus)?;
-    if let Some(limit) = args.limit {
-        cases.truncate(limit);
-    }
+    let cases = load_corpus_with(&args.corpus, args.limit, args.max_bundle_bytes)?;
     let progress = if args.quiet {
         Progress::Hidden
     } else {

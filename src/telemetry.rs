@@ -46,12 +46,13 @@ pub const SHED_REASONS: [&str; 1] = ["overloaded"];
 pub const GATE_REFUSALS: [&str; 3] = ["deadline", "cooldown", "circuit_open"];
 
 /// Every `reason` of `harness_bad_records_total` (the agent's data, not Redis failures).
-pub const BAD_RECORD_REASONS: [&str; 6] = [
+pub const BAD_RECORD_REASONS: [&str; 7] = [
     "not_utf8",
     "wrong_type",
     "too_large",
     "over_budget",
     "calls_wrong_type",
+    "calls_too_large",
     "other",
 ];
 pub const READY: &str = "harness_ready";

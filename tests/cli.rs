@@ -169,3 +169,127 @@ fn serve_refuses_a_non_loopback_address_without_a_token() {
     let message = String::from_utf8_lossy(&out.stderr);
     assert!(message.contains("without server.api_token"), "{message}");
 }
+
+/// `check` and `eval` read only regular files within `--max-bundle-bytes`: a FIFO, a
+/// symlink to /dev/zero and an oversized bundle exit 2 at once with a clear message, and
+/// `eval --limit 1` reads only the case it runs (a FIFO after it would block for ever).
+#[test]
+fn offline_tools_refuse_special_and_oversized_files_with_exit_2() {
+    let dir = std::env::temp_dir().join(format!("cli-files-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo.json");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let zero = dir.join("zero.json");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let no_model = [("HARNESS__MODEL__BASE_URL", "")];
+    for (path, says) in [(&fifo, "not a regular file"), (&zero, "not a regular file")] {
+        let out = harness(&["check", path.to_str().unwrap()], &no_model);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{stderr}");
+    }
+    let bundle = example("success-supported.json");
+    let out = harness(&["check", &bundle, "--max-bundle-bytes", "100"], &no_model);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("more than 100 bytes"), "{stderr}");
+
+    // A corpus whose second case (in name order) is a FIFO: --limit 1 never opens it, so
+    // eval gets as far as the model (none is configured: exit 2 for that reason).
+    let corpus = dir.join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    let case = format!(
+        "{}/eval/corpus/auth-5xx-causal-overreach.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::copy(&case, corpus.join("a.json")).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(corpus.join("b.json"))
+        .status()
+        .unwrap()
+        .success());
+    let corpus_arg = corpus.to_str().unwrap();
+    let out = harness(&["eval", corpus_arg, "--limit", "1", "--quiet"], &no_model);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no model is configured"), "{stderr}");
+    let out = harness(&["eval", corpus_arg, "--quiet"], &no_model);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// GET /healthz over a plain socket: the status line, or None.
+fn healthz(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    socket
+        .set_read_timeout(Some(std::time::Duration::from_secs(3)))
+        .ok()?;
+    socket
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    answer.lines().next().map(str::to_string)
+}
+
+/// With `server.accept_h2c` and a descriptor limit of 256 (`prlimit --nofile`), 512 clients
+/// that connect and send nothing do not stop the service: each is closed after
+/// `server.client_request_timeout_ms`, and `/healthz` is answered (before: actix-web's h2c
+/// detection held them for ever and 1,000 of them stopped every new client under 1,024).
+#[test]
+fn with_h2c_healthz_is_served_under_a_descriptor_limit_with_twice_as_many_idle_clients() {
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let limit = 256;
+    let mut child = Command::new("prlimit")
+        .arg(format!("--nofile={limit}:{limit}"))
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_release-harness"))
+        .arg("serve")
+        .env_remove("HARNESS_CONFIG")
+        .env("HARNESS__SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env("HARNESS__SERVER__ACCEPT_H2C", "true")
+        .env("HARNESS__SERVER__CLIENT_REQUEST_TIMEOUT_MS", "500")
+        .env("HARNESS__SERVER__WORKERS", "1")
+        .env("HARNESS__REDIS__URL", "redis://127.0.0.1:9")
+        .env("HARNESS__MODEL__BASE_URL", "")
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut up = false;
+    while !up && std::time::Instant::now() < deadline {
+        up = healthz(port).is_some_and(|line| line.contains(" 200"));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(up, "the service started");
+    let idle: Vec<std::net::TcpStream> = (0..2 * limit)
+        .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    assert!(idle.len() > limit, "{} idle clients connected", idle.len());
+    let mut served = None;
+    while served.is_none() && std::time::Instant::now() < deadline {
+        served = healthz(port).filter(|line| line.contains(" 200"));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(idle);
+    assert!(
+        served.is_some(),
+        "/healthz answered with {} idle clients",
+        2 * limit
+    );
+}

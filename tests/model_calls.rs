@@ -758,3 +758,149 @@ async fn the_repair_request_is_bounded_by_the_drafts_size() {
         "{max_tokens}: derived from the Draft, not the cap"
     );
 }
+
+/// A model server whose 200 answer never ends: it writes JSON-looking chunks of 64 kB for as
+/// long as the connection is open. Answers its address and the bytes it wrote, known once the
+/// harness closed the connection.
+async fn endless_answer() -> (String, tokio::sync::oneshot::Receiver<usize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tell, written) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = vec![0u8; 64 * 1024];
+        let _ = socket.read(&mut request).await;
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+        let mut written = 0usize;
+        let mut ok = socket.write_all(head.as_bytes()).await.is_ok();
+        let chunk = format!("{:x}\r\n{}\r\n", 65536, " ".repeat(65536));
+        // Bounded: 64 MB at most, far past any cap.
+        while ok && written < 64 * 1024 * 1024 {
+            ok = socket.write_all(chunk.as_bytes()).await.is_ok();
+            if ok {
+                written += 65536;
+            }
+        }
+        let _ = tell.send(written);
+    });
+    (url, written)
+}
+
+/// The answer's body is capped as it is read: a body that never ends fails the attempt as
+/// `parse` once it passes 6 x semantic_guard.max_output_bytes + 64 KiB, long before the
+/// attempt's timeout (before: buffered until the timeout, 537 MB per attempt).
+#[actix_rt::test]
+async fn an_answer_that_never_ends_is_cut_at_its_cap_as_a_parse_failure() {
+    let (url, written) = endless_answer().await;
+    let mut cfg = config(Some(&url));
+    cfg.semantic_guard.max_attempts = 1;
+    cfg.semantic_guard.attempt_timeout_ms = 20_000;
+    cfg.semantic_guard.total_timeout_ms = 20_000;
+    let run = unique_run("endless");
+    let began = std::time::Instant::now();
+    let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
+    assert!(
+        began.elapsed() < Duration::from_secs(15),
+        "cut before the timeout"
+    );
+    assert_eq!(outcomes(&out.audit), vec!["semantic:parse"]);
+    let detail = out.audit["model_attempts"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains("over"), "{detail}");
+    let written = written.await.unwrap();
+    // What the kernel buffers besides: a few MB at most.
+    assert!(
+        written < 16 * 1024 * 1024,
+        "the server wrote {written} bytes"
+    );
+}
+
+/// What a server sends never reaches the audit whole: an error that quotes the configured
+/// API key (or the whole Authorization value) is kept with both redacted, and a body that
+/// is not JSON is a parse failure with a fixed detail.
+#[actix_rt::test]
+async fn a_servers_words_are_kept_without_the_api_key_and_a_non_json_body_is_not_kept() {
+    let key = "sk-test-0123456789abcdef";
+    for body in [
+        format!("{{\"error\": {{\"message\": \"Incorrect API key provided: {key}\"}}}}"),
+        format!("unauthorized: Authorization: Bearer {key}"),
+    ] {
+        let server = MockServer::start().await;
+        on_semantic(&server, ResponseTemplate::new(401).set_body_string(body)).await;
+        let mut cfg = config(Some(&server.uri()));
+        cfg.model.api_key = key.into();
+        let run = unique_run("key-quoted");
+        let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
+        let audit = out.audit.to_string();
+        assert!(!audit.contains(key), "{audit}");
+        assert!(audit.contains("[redacted]"), "{audit}");
+    }
+    let server = MockServer::start().await;
+    let prose = "not json ".repeat(100_000);
+    on_semantic(&server, ResponseTemplate::new(200).set_body_string(prose)).await;
+    let run = unique_run("not-json");
+    let out = release(
+        config(Some(&server.uri())),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    )
+    .await;
+    assert_eq!(
+        outcomes(&out.audit),
+        vec!["semantic:parse", "semantic:parse"]
+    );
+    assert!(
+        out.audit.to_string().len() < 8192,
+        "nothing of the body is kept"
+    );
+}
+
+/// Token counts the request makes impossible are a schema failure and are counted nowhere:
+/// 2^64-1 prompt tokens no longer wraps the budget's sum.
+#[actix_rt::test]
+async fn impossible_token_counts_are_schema_failures_never_counted() {
+    let server = MockServer::start().await;
+    let mut answer = completion(
+        &json!({"verdict": "SUPPORTED", "reason": "Every claim matches the evidence."}).to_string(),
+    );
+    answer["usage"] = json!({"prompt_tokens": u64::MAX, "completion_tokens": 25});
+    on_semantic(
+        &server,
+        ResponseTemplate::new(200).set_body_json(answer.clone()),
+    )
+    .await;
+    let run = unique_run("tokens-max");
+    let out = release(
+        config(Some(&server.uri())),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    )
+    .await;
+    assert_eq!(
+        outcomes(&out.audit),
+        vec!["semantic:schema", "semantic:schema"]
+    );
+    let attempt = &out.audit["model_attempts"][0];
+    assert_eq!(attempt["prompt_tokens"], Value::Null);
+    assert!(attempt["detail"]
+        .as_str()
+        .unwrap()
+        .contains("prompt tokens"));
+    let tokens = out.audit["budget"]["tokens"].as_u64().unwrap();
+    assert!(
+        tokens > 1 && tokens <= 32_000,
+        "the reservations stand: {tokens}"
+    );
+    // A completion past the request's max_tokens, likewise.
+    let server = MockServer::start().await;
+    answer["usage"] = json!({"prompt_tokens": 1200, "completion_tokens": 100_000});
+    on_semantic(&server, ResponseTemplate::new(200).set_body_json(answer)).await;
+    let run = unique_run("tokens-completion");
+    let out = release(
+        config(Some(&server.uri())),
+        &bundle(&run, good_draft(), standard_invocations(&run)),
+    )
+    .await;
+    assert_eq!(
+        outcomes(&out.audit),
+        vec!["semantic:schema", "semantic:schema"]
+    );
+}

@@ -213,6 +213,7 @@ const LEASE: Duration = Duration::from_secs(30);
 const LIMITS: RecordLimits = RecordLimits {
     max_record_bytes: 262_144,
     max_release_bytes: 4_194_304,
+    max_calls_list_bytes: 262_144,
 };
 
 /// What a release reads when it cites nothing: the records of its most recent calls.
@@ -561,6 +562,7 @@ async fn the_release_budget_bounds_what_is_loaded_cited_records_first() {
     let limits = RecordLimits {
         max_record_bytes: 10_000,
         max_release_bytes: 3_200,
+        ..LIMITS
     };
     let evidence = read_run(&store, "r-2", &["c-0".into()], 100, limits)
         .await
@@ -736,8 +738,8 @@ async fn hostile_calls_lists_give_the_same_evidence_from_redis_and_from_memory()
         (&cited[..], 2_500),
     ] {
         let limits = RecordLimits {
-            max_record_bytes: 262_144,
             max_release_bytes: budget,
+            ..LIMITS
         };
         for max_calls in [3, 1000] {
             let from_memory = read_run(&memory, run, cited, max_calls, limits)
@@ -858,4 +860,127 @@ async fn a_commit_appends_its_stored_result_s_decision_once_in_both_stores() {
         let (recent, more) = store.decisions_since(0, 1).await.unwrap();
         assert_eq!((recent.len(), more), (1, true));
     }
+}
+
+/// Redis's own clock (SLOWLOG, threshold 5 ms) on the begin and records scripts of
+/// releases over the agent's worst data: calls lists of huge ids (10 MB each), of ids just
+/// over the id limit, of 900 multibyte ids, 1,000 real records, and cited records that
+/// fill the release's byte budget. No script call of these releases may take 5 ms or more
+/// (a call is tried up to three times, so that a machine busy elsewhere at that moment does
+/// not fail the test: a call that is slow by its work is slow every time).
+#[actix_rt::test]
+async fn no_script_call_holds_redis_5_ms_whatever_the_agent_wrote() {
+    if common::is_cluster(&redis_url()) {
+        return;
+    }
+    let prefix = unique_prefix("slow");
+    let store = Store::Redis(RedisStore::new(&config(&prefix).redis).unwrap());
+    let mut conn = raw().await;
+    let calls = |run: &str| format!("{prefix}:run:{{{run}}}:calls");
+    // huge: three ids of 10 MB, then a normal one.
+    let huge = "x".repeat(10_000_000);
+    for id in [&huge, &huge, &huge, &"c-1".to_string()] {
+        let _: () = conn.rpush(calls("huge"), id).await.unwrap();
+    }
+    // over-long: 900 ids of 257 bytes (under the list limit; each id over the id limit).
+    let over_long: Vec<String> = (0..900)
+        .map(|i| format!("{i:04}{}", "y".repeat(253)))
+        .collect();
+    let _: () = conn.rpush(calls("over-long"), &over_long).await.unwrap();
+    // multibyte: 900 distinct ids of 256 bytes, every one of them looked up.
+    let multibyte: Vec<String> = (0..900)
+        .map(|i| format!("{i:04}{}", "é".repeat(126)))
+        .collect();
+    let _: () = conn.rpush(calls("multibyte"), &multibyte).await.unwrap();
+    // records: 1,000 listed calls, each with a 1 kB record.
+    let listed: Vec<String> = (0..1000).map(|i| format!("c-{i}")).collect();
+    let _: () = conn.rpush(calls("records"), &listed).await.unwrap();
+    for id in &listed {
+        let mut fields = record("records", id);
+        fields.push(("agent_result", "z".repeat(1000)));
+        let key = format!("{prefix}:run:{{records}}:call:{id}");
+        let _: () = conn.hset_multiple(key, &fields).await.unwrap();
+    }
+    // cited: 20 cited records of 250 kB, past the 4 MB budget.
+    let cited: Vec<String> = (0..20).map(|i| format!("big-{i}")).collect();
+    for id in &cited {
+        let mut fields = record("cited", id);
+        fields.push(("agent_result", "w".repeat(250_000)));
+        let key = format!("{prefix}:run:{{cited}}:call:{id}");
+        let _: () = conn.hset_multiple(key, &fields).await.unwrap();
+    }
+    let slowlog = |conn: &mut redis::aio::MultiplexedConnection, args: &[&str]| {
+        let mut cmd = redis::cmd("SLOWLOG");
+        cmd.arg(args);
+        let conn = conn.clone();
+        async move {
+            let mut conn = conn;
+            cmd.query_async::<redis::Value>(&mut conn).await.unwrap()
+        }
+    };
+    let _: () = redis::cmd("CONFIG")
+        .arg(&[
+            "SET",
+            "slowlog-log-slower-than",
+            "5000",
+            "slowlog-max-len",
+            "1024",
+        ])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mine = |entries: redis::Value| -> Vec<String> {
+        // Each entry: id, time, microseconds, arguments, ...; ours name our prefix.
+        let redis::Value::Array(entries) = entries else {
+            return Vec::new();
+        };
+        entries
+            .into_iter()
+            .filter_map(|entry| {
+                let redis::Value::Array(parts) = entry else {
+                    return None;
+                };
+                let text = format!("{parts:?}");
+                text.contains(&prefix).then_some(text)
+            })
+            .collect()
+    };
+    for (run, cited, expect) in [
+        ("huge", &[][..], "calls_too_large"),
+        ("over-long", &[][..], "none listed"),
+        ("multibyte", &[][..], "900 missing"),
+        ("records", &[][..], "1000 read"),
+        ("cited", &cited[..], "budget"),
+    ] {
+        let mut slow = Vec::new();
+        for _ in 0..3 {
+            let _ = slowlog(&mut conn, &["RESET"]).await;
+            let evidence = read_run(&store, run, cited, 1000, LIMITS).await.unwrap();
+            match expect {
+                "calls_too_large" => assert_eq!(
+                    evidence.calls_unreadable.as_ref().unwrap().rule.as_str(),
+                    "calls_too_large"
+                ),
+                "none listed" => assert!(evidence.calls.is_empty()),
+                "900 missing" => {
+                    assert_eq!(evidence.calls.len(), 900);
+                    assert!(evidence.records.is_empty());
+                }
+                "1000 read" => assert_eq!(evidence.records.len(), 1000),
+                _ => {
+                    assert_eq!(evidence.records.len(), 16, "4 MB / 250 kB");
+                    assert_eq!(evidence.unreadable.len(), 4);
+                }
+            }
+            slow = mine(slowlog(&mut conn, &["GET", "1024"]).await);
+            if slow.is_empty() {
+                break;
+            }
+        }
+        assert!(
+            slow.is_empty(),
+            "{run}: script calls of 5 ms or more: {slow:?}"
+        );
+    }
+    let _: () = conn.del(calls("huge")).await.unwrap();
 }

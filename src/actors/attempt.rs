@@ -25,7 +25,7 @@ use crate::domain::audit::{
 };
 use crate::domain::budget::{estimate_tokens, Cost};
 use crate::model::gate::{Refused, Sent};
-use crate::model::verdict::{read_completion, usage, AnswerError};
+use crate::model::verdict::{check_usage, read_completion, usage, AnswerError};
 use crate::model::{ModelClient, ModelGate, PreparedRequest};
 use crate::store::StoreError;
 
@@ -311,7 +311,9 @@ pub async fn attempt<T>(
     let timeout = limits
         .timeout
         .min(limits.deadline.saturating_duration_since(began));
-    let sent = tokio::time::timeout(timeout, ctx.client.send(request)).await;
+    let max_output_tokens = request.max_output_tokens;
+    let sending = ctx.client.send_capped(request, limits.max_output_bytes);
+    let sent = tokio::time::timeout(timeout, sending).await;
     let latency = began.elapsed();
     slot.finished(match &sent {
         Err(_) => Sent::TimedOut,
@@ -330,7 +332,10 @@ pub async fn attempt<T>(
         Ok(Err(failure)) => (failure.class, Some(failure.detail), None),
         Ok(Ok(envelope)) => {
             tokens = usage(&envelope);
-            match read_completion(&envelope, limits.max_output_bytes) {
+            let read = check_usage(tokens, request_bytes, max_output_tokens)
+                .inspect_err(|_| tokens = (None, None))
+                .and_then(|()| read_completion(&envelope, limits.max_output_bytes));
+            match read {
                 Err(e) => (e.class, Some(e.detail), None),
                 Ok(completion) => {
                     response_bytes = completion.content.len() as u64;
@@ -344,7 +349,7 @@ pub async fn attempt<T>(
     };
     let actual = match tokens {
         (Some(p), Some(c)) => Some(Cost {
-            tokens: p + c,
+            tokens: p.saturating_add(c),
             bytes: request_bytes + response_bytes,
         }),
         _ => None,

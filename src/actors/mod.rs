@@ -138,11 +138,13 @@ impl Harness {
 }
 
 /// The bounds on reading the agent's records (`evidence.max_record_bytes`,
-/// `evidence.max_release_bytes`): configuration read for the store, here, where both meet.
+/// `evidence.max_release_bytes`, `evidence.max_calls_list_bytes`): configuration read for
+/// the store, here, where both meet.
 pub fn record_limits(config: &Config) -> RecordLimits {
     RecordLimits {
         max_record_bytes: config.evidence.max_record_bytes,
         max_release_bytes: config.evidence.max_release_bytes,
+        max_calls_list_bytes: config.evidence.max_calls_list_bytes,
     }
 }
 

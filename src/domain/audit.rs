@@ -241,6 +241,10 @@ pub struct Audit {
     /// `evidence.max_written_bytes`.
     #[serde(skip_serializing_if = "is_zero")]
     pub facts_dropped: usize,
+    /// Entries left out of the lists above so that the record stays within
+    /// [`MAX_AUDIT_BYTES`] (set only when the record is written).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<Omitted>,
     /// What the console shows of the run (written as the record's `view` key, bounded).
     #[serde(skip)]
     pub view: RunView,
@@ -346,6 +350,19 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
+/// The largest audit record stored, in bytes (CONTRACT §4): a longer record keeps the
+/// first entries of its lists and counts the others in `omitted`.
+pub const MAX_AUDIT_BYTES: usize = 64 * 1024;
+
+/// How many entries of each list a summarised audit record left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct Omitted {
+    pub violations: usize,
+    pub excluded_references: usize,
+    pub repair_violations_after: usize,
+    pub model_attempts: usize,
+}
+
 /// How the release ended: the last keys of the audit record. The fenced commit chooses
 /// between two of these (the decided one, and CANCELLED if the marker is set by then), so
 /// they are serialized apart from the rest ([`Audit::commit_json`]).
@@ -415,6 +432,20 @@ struct Record<'a> {
     end: &'a AuditEnd,
 }
 
+impl Record<'_> {
+    /// The record's JSON, with `view` (already written) as its last key.
+    fn to_json_with(&self, view: Option<&str>) -> String {
+        let mut json = json::to_string_sized(self, 1024).unwrap_or_else(|_| "{}".into());
+        if let Some(view) = view {
+            json.pop(); // the closing brace; the record always has keys
+            json.push_str(",\"view\":");
+            json.push_str(view);
+            json.push('}');
+        }
+        json
+    }
+}
+
 impl Audit {
     pub fn new(run_id: &str, stop_reason: StopReason) -> Self {
         Audit {
@@ -431,25 +462,68 @@ impl Audit {
             timings: Timings::default(),
             facts_dropped: 0,
             view: RunView::default(),
+            omitted: None,
         }
     }
 
-    /// The JSON object of this record followed by `end`'s keys.
+    /// The JSON object of this record followed by `end`'s keys, at most
+    /// [`MAX_AUDIT_BYTES`]: a longer record keeps the first entries of each list (as many as
+    /// fit, the same number for each) and counts the others in `omitted`.
     pub fn to_json(&self, end: &AuditEnd) -> String {
         self.to_json_with_view(end, self.view.to_json().as_deref())
     }
 
-    /// The record, with the console's `view` (already written) as its last key.
+    /// The record, with the console's `view` (already written) as its last key, at most
+    /// [`MAX_AUDIT_BYTES`] (the view takes at most [`MAX_VIEW_BYTES`] of them).
     fn to_json_with_view(&self, end: &AuditEnd, view: Option<&str>) -> String {
-        let record = Record { audit: self, end };
-        let mut json = json::to_string_sized(&record, 1024).unwrap_or_else(|_| "{}".into());
-        if let Some(view) = view {
-            json.pop(); // the closing brace; the record always has keys
-            json.push_str(",\"view\":");
-            json.push_str(view);
-            json.push('}');
+        let whole = Record { audit: self, end }.to_json_with(view);
+        if whole.len() <= MAX_AUDIT_BYTES {
+            return whole;
         }
-        json
+        let mut keep = 64;
+        loop {
+            let summary = self.keeping(keep);
+            let json = Record {
+                audit: &summary,
+                end,
+            }
+            .to_json_with(view);
+            if json.len() <= MAX_AUDIT_BYTES || keep == 0 {
+                return json;
+            }
+            keep /= 2;
+        }
+    }
+
+    /// This record with at most `keep` entries in each list, the others counted.
+    fn keeping(&self, keep: usize) -> Audit {
+        fn cut<T: Clone>(list: &[T], keep: usize) -> (Vec<T>, usize) {
+            let kept = list.len().min(keep);
+            (list[..kept].to_vec(), list.len() - kept)
+        }
+        let mut summary = Audit {
+            violations: Vec::new(),
+            excluded_references: Vec::new(),
+            model_attempts: Vec::new(),
+            repair: None,
+            view: RunView::default(),
+            ..self.clone()
+        };
+        let mut omitted = Omitted::default();
+        (summary.violations, omitted.violations) = cut(&self.violations, keep);
+        (summary.excluded_references, omitted.excluded_references) =
+            cut(&self.excluded_references, keep);
+        (summary.model_attempts, omitted.model_attempts) = cut(&self.model_attempts, keep);
+        summary.repair = self.repair.as_ref().map(|repair| {
+            let (violations_after, left) = cut(&repair.violations_after, keep);
+            omitted.repair_violations_after = left;
+            RepairAudit {
+                violations_after,
+                ..repair.clone()
+            }
+        });
+        summary.omitted = Some(omitted);
+        summary
     }
 
     /// The two whole records the fenced commit chooses between: with `end`, and with the
@@ -582,6 +656,41 @@ mod tests {
         let query: String = serde_json::from_str(long.query.as_deref().unwrap()).unwrap();
         assert!(query.ends_with("…[truncated]"));
         assert!(query.len() <= MAX_VIEW_QUERY_BYTES + "…[truncated]".len());
+    }
+
+    #[test]
+    fn a_record_of_90000_violations_is_summarised_within_64_kb() {
+        let mut audit = Audit::new("r-1", StopReason::FinalAnswer);
+        let violation = |i: usize| Violation {
+            rule: Rule::CallMissing,
+            at: format!("analyses[{i}]"),
+            tool_call_id: Some(format!("c-{i}-{}", "x".repeat(200))),
+            detail: "no record of this call exists in the run".into(),
+        };
+        audit.violations = (0..90_000).map(violation).collect();
+        audit.repair = Some(RepairAudit::rejected(
+            "still fails".into(),
+            (0..1_000).map(violation).collect(),
+        ));
+        let end = AuditEnd::of(Outcome::Fallback, None, None);
+        let json = audit.to_json(&end);
+        assert!(json.len() <= MAX_AUDIT_BYTES, "{} bytes", json.len());
+        let read: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let kept = read["violations"].as_array().unwrap().len();
+        assert!(kept > 0);
+        assert_eq!(read["omitted"]["violations"], 90_000 - kept);
+        assert_eq!(
+            read["omitted"]["repair_violations_after"],
+            1_000 - read["repair"]["violations_after"].as_array().unwrap().len()
+        );
+        assert_eq!(read["violations"][0]["at"], "analyses[0]");
+        assert_eq!(read["outcome"], "FALLBACK");
+        // A record within the bound is written whole, with no `omitted`.
+        audit.violations.truncate(3);
+        audit.repair = None;
+        let read: serde_json::Value = serde_json::from_str(&audit.to_json(&end)).unwrap();
+        assert_eq!(read["violations"].as_array().unwrap().len(), 3);
+        assert!(read.get("omitted").is_none());
     }
 
     #[test]

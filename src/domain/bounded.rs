@@ -7,6 +7,8 @@
 //! Entry points: [`Redactor::text`], [`Redactor::excerpt`], [`Redactor::cell`],
 //! [`Redactor::scope`] and [`json_len`].
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -204,6 +206,11 @@ impl<'a> Redactor<'a> {
     /// Whether [`Redactor::text`] gives `text` back as it is: nothing in it to mask, and
     /// its escaped form within `max_string_bytes`.
     fn text_unchanged(&self, text: &str) -> bool {
+        // A text with invisible controls (or an identifier only NFKC shows) is copied as
+        // shown.
+        if !text.is_ascii() && matches!(self.ids.shown(text), Cow::Owned(_)) {
+            return false;
+        }
         let max = self.limits.max_string_bytes;
         // Most texts escape nothing: their escaped length is their length.
         if text.len() <= max && json::escapes_nothing(text.as_bytes()) {
@@ -297,6 +304,9 @@ impl<'a> Redactor<'a> {
     /// [`Redactor::cut`] appended to `out` (what was in `out` before is left as it is and
     /// plays no part); says whether the copy was cut or replaced.
     fn cut_into(&self, out: &mut String, text: &str, max_chars: usize, max_bytes: usize) -> bool {
+        // Identifiers are masked in the text as people read it, which is what is copied.
+        let text = self.ids.shown(text);
+        let text = text.as_ref();
         let start = out.len();
         let (mut bytes, mut chars, mut cut, mut masked) = (0usize, 0usize, false, false);
         'pieces: for piece in self.ids.pieces(text) {

@@ -93,8 +93,13 @@ impl Budget {
     /// no usage reported) keeps the estimate, so unknown usage is never counted as free.
     pub fn settle(&mut self, reservation: Reservation, actual: Option<Cost>) {
         if let Some(actual) = actual {
-            self.used.tokens = self.used.tokens - reservation.estimate.tokens + actual.tokens;
-            self.used.bytes = self.used.bytes - reservation.estimate.bytes + actual.bytes;
+            // Saturating: a count the model reports is never trusted to be small.
+            self.used.tokens = (self.used.tokens)
+                .saturating_sub(reservation.estimate.tokens)
+                .saturating_add(actual.tokens);
+            self.used.bytes = (self.used.bytes)
+                .saturating_sub(reservation.estimate.bytes)
+                .saturating_add(actual.bytes);
         }
     }
 

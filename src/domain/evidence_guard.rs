@@ -45,8 +45,12 @@ labels! {
         RecordTooLarge = "record_too_large",
         RecordOverBudget = "record_over_budget",
         CallsWrongType = "calls_wrong_type",
+        /// The calls list takes more than `evidence.max_calls_list_bytes` in Redis: not read.
+        CallsTooLarge = "calls_too_large",
         DraftNamesIdentifier = "draft_names_identifier",
         SourcesTooLarge = "sources_too_large",
+        /// The Draft cites more than `evidence.max_cited_calls` distinct ids.
+        TooManyCitedCalls = "too_many_cited_calls",
     }
 }
 

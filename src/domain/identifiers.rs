@@ -6,16 +6,20 @@
 //! of every masked copy, see [`super::bounded`]) and [`draft_names_identifier`] (the
 //! EvidenceGuard rule for Draft text: a repair may not change text, so it cannot be fixed).
 //!
-//! A call id is found only as a whole token: not preceded or followed by a character in
+//! Text is searched as people read it ([`super::text::as_read`]): without the invisible
+//! controls the judge's request drops, NFKC-normalised. A call id is found only as a whole token: not preceded or followed by a character in
 //! `[A-Za-z0-9_-]`, so `c-1` is not found in `c-10` or `abc-1`. A Redis key is any
 //! substring that starts with `P:run:` or `P:release:` and runs to the next whitespace or
 //! quote character.
+
+use std::borrow::Cow;
 
 use foldhash::HashSet;
 use memchr::memmem;
 
 use super::draft::{AnalysisKind, Draft};
 use super::evidence_guard::{ResolvedRun, Rule, Violation};
+use super::text::{as_read, visible};
 
 /// What a call id becomes in a masked copy.
 pub const CALL_ID_MASK: &str = "[call id]";
@@ -286,13 +290,40 @@ impl RunIdentifiers {
         }
     }
 
-    /// `text` with every identifier masked (not bounded: see [`super::bounded`] for that).
+    /// `text` as shown ([`RunIdentifiers::shown`]) with every identifier masked (not
+    /// bounded: see [`super::bounded`] for that).
     pub fn mask(&self, text: &str) -> String {
-        self.pieces(text).map(|piece| piece.masked()).collect()
+        let text = self.shown(text);
+        self.pieces(&text).map(|piece| piece.masked()).collect()
     }
 
-    /// The first identifier in `text`, if any.
+    /// What a copy of `text` shows, in which identifiers are then masked: `text` without
+    /// its invisible controls ([`visible`]), and NFKC-normalised ([`as_read`]) only when
+    /// that form names an identifier the visible one hides (a fullwidth `ｃ－７`); otherwise
+    /// the characters NFKC would fold (`…`, `ﬁ`) are kept. Borrowed when nothing changes.
+    pub fn shown<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        if text.is_ascii() {
+            return Cow::Borrowed(text);
+        }
+        let visible = visible(text);
+        let read = match as_read(&visible) {
+            Cow::Owned(read) => Some(read),
+            Cow::Borrowed(_) => None,
+        };
+        match read {
+            Some(read) if self.first_in_exact(&read).is_some() => Cow::Owned(read),
+            _ => visible,
+        }
+    }
+
+    /// The first identifier in `text` as people read it ([`as_read`]: an invisible control
+    /// or a fullwidth form inside an id does not hide it), if any.
     pub fn first_in(&self, text: &str) -> Option<Found> {
+        self.first_in_exact(&as_read(text))
+    }
+
+    /// The first identifier in `text` as it is written.
+    fn first_in_exact(&self, text: &str) -> Option<Found> {
         // Most texts checked are a scope's short values: not even a split to start.
         if self.too_short(text) {
             return None;
@@ -735,5 +766,37 @@ mod tests {
                 v.detail
             );
         }
+    }
+
+    /// Invisible controls (the ones the judge's request drops) and fullwidth forms inside
+    /// an id or key do not hide it: the Draft breaks the rule, and a copy is masked.
+    #[test]
+    fn ids_and_keys_are_found_as_people_read_them() {
+        let run = run_evidence().resolve(&good_draft().cited_call_ids());
+        let ids = RunIdentifiers::of_run(&run, "aiops");
+        for hidden in [
+            "See c\u{200B}-log.",
+            "See c-\u{00AD}log.",
+            "See c-l\u{2060}og.",
+            "See \u{FEFF}c-log.",
+            "See ｃ－ｌｏｇ.",
+            "Read aiops:\u{200B}run:{r}:calls",
+            "Read aiops\u{00AD}:run:{r}:calls",
+            "Read aiops:run\u{2060}:{r}:calls",
+            "Read \u{FEFF}aiops:release:{r}",
+        ] {
+            let mut draft = good_draft();
+            draft.conclusion.as_mut().unwrap().text = hidden.into();
+            let violations = draft_names_identifier(&draft, &ids);
+            assert_eq!(violations.len(), 1, "{hidden:?}");
+            assert_eq!(violations[0].rule, Rule::DraftNamesIdentifier);
+            assert!(!ids.mask(hidden).contains("c-log"), "{hidden:?}");
+            assert!(!ids.mask(hidden).contains("aiops:"), "{hidden:?}");
+        }
+        assert_eq!(ids.mask("x c\u{200B}-log y"), "x [call id] y");
+        assert_eq!(ids.mask("x c\u{200B}-logs y"), "x c-logs y");
+        // NFKC folds only where it reveals an identifier: an ellipsis stays one.
+        assert_eq!(ids.mask("wait… ｃ－ｌｏｇ"), "wait... [call id]");
+        assert_eq!(ids.mask("wait… ok"), "wait… ok");
     }
 }

@@ -5,6 +5,7 @@
 //! - [`scope`]: a projection's scope, as parsed and as shown.
 //! - [`evidence_guard`]: EvidenceGuard rules and the no-conclusion reference review.
 //! - [`identifiers`]: the run's call ids and Redis keys, found and masked in text.
+//! - [`text`]: text as people read it (invisible controls dropped, NFKC).
 //! - [`bounded`]: what is copied from records, masked and bounded.
 //! - [`snapshot`]: the verified snapshot, the ProgressSnapshot and verified sources.
 //! - [`repair_check`]: the comparison a repaired Draft must pass.
@@ -63,3 +64,4 @@ pub mod repair_check;
 pub mod request;
 pub mod scope;
 pub mod snapshot;
+pub mod text;

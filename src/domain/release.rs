@@ -130,6 +130,8 @@ pub struct ReleasePolicy {
     /// `redis.key_prefix`: text naming a key of this prefix is masked in copies and breaks
     /// EvidenceGuard in a Draft.
     pub key_prefix: String,
+    /// `evidence.max_cited_calls`: distinct call ids one Draft may cite.
+    pub max_cited_calls: usize,
 }
 
 impl ReleasePolicy {
@@ -140,6 +142,7 @@ impl ReleasePolicy {
             max_facts: 20,
             copy: CopyLimits::default(),
             key_prefix: "aiops".into(),
+            max_cited_calls: 64,
         }
     }
 }
@@ -204,6 +207,16 @@ pub fn begin(
         }
     };
     let cited = draft.cited_call_ids();
+    if let Some(too_many) = too_many_cited_calls(cited.len(), policy) {
+        // None of these ids was read (the release sends none of them to the store), and a
+        // repair would have to rewrite the citations whole: no repair, no judge.
+        audit.path = Some(ReleasePath::Concluded);
+        audit.violations = vec![too_many];
+        audit.repair = Some(RepairAudit::not_run(
+            "the draft cites more calls than evidence.max_cited_calls".into(),
+        ));
+        return Step::Finish(ReleaseResult::evidence_validation_failed(run_id));
+    }
     if draft.conclusion.is_none() {
         let run = evidence.resolve(&cited);
         let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
@@ -259,6 +272,27 @@ pub fn begin(
             }
         }
     }
+}
+
+/// EvidenceGuard rule `too_many_cited_calls`: a Draft cites at most
+/// `evidence.max_cited_calls` distinct ids. Checked on the Draft alone, before any of its ids
+/// is sent to the store ([`cites_too_many`]).
+fn too_many_cited_calls(cited: usize, policy: &ReleasePolicy) -> Option<Violation> {
+    (cited > policy.max_cited_calls).then(|| Violation {
+        rule: Rule::TooManyCitedCalls,
+        at: "analyses".into(),
+        tool_call_id: None,
+        detail: format!(
+            "the draft cites {cited} distinct calls, over evidence.max_cited_calls ({})",
+            policy.max_cited_calls
+        ),
+    })
+}
+
+/// Whether a Draft citing `cited` distinct ids breaks `too_many_cited_calls`: its ids are
+/// then not read from the store at all.
+pub fn cites_too_many(cited: usize, max_cited_calls: usize) -> bool {
+    cited > max_cited_calls
 }
 
 /// INSUFFICIENT_EVIDENCE with the ProgressSnapshot of `run`.
@@ -356,7 +390,15 @@ pub fn after_repair_reusing(
         ));
         return Step::Finish(ReleaseResult::evidence_validation_failed(run_id));
     }
-    let run = evidence.resolve_reusing(&candidate.cited_call_ids(), before);
+    let cited = candidate.cited_call_ids();
+    if let Some(too_many) = too_many_cited_calls(cited.len(), policy) {
+        audit.repair = Some(RepairAudit::rejected(
+            "the repaired draft still fails EvidenceGuard".into(),
+            vec![too_many],
+        ));
+        return Step::Finish(ReleaseResult::evidence_validation_failed(run_id));
+    }
+    let run = evidence.resolve_reusing(&cited, before);
     // The candidate may cite calls the original did not, whose ids its text may name.
     let ids = RunIdentifiers::of_run(&run, &policy.key_prefix);
     let mut violations = check_concluded(&candidate, &run).err().unwrap_or_default();

@@ -8,6 +8,7 @@
 
 mod auth;
 mod error;
+pub mod front_door;
 pub mod openapi;
 mod routes;
 
@@ -17,7 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Actor, Addr};
-use actix_web::dev::{Server, ServerHandle, Service};
+use actix_service::{IntoServiceFactory, ServiceExt, ServiceFactory};
+use actix_web::dev::{AppConfig, Server, ServerHandle, Service, ServiceResponse};
 use actix_web::{web, App, HttpServer};
 use futures::FutureExt;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -186,7 +188,7 @@ impl Application {
         });
         let worker_shards = shards.clone();
         let ready_gate = harness.gate.clone();
-        let server = HttpServer::new(move || {
+        let make_app = move || {
             // Called once on each worker's thread: the worker's own registry shard, with
             // Redis connections and a model client of its own.
             let worker = harness.for_worker().unwrap_or_else(|e| {
@@ -239,27 +241,61 @@ impl Application {
                 .service(resource("/readyz", "GET").route(web::get().to(routes::readyz)))
                 .service(resource("/openapi.json", "GET").route(web::get().to(routes::openapi)))
                 .default_service(web::to(routes::not_found))
-        });
-        // With server.accept_h2c, HTTP/2 without TLS (h2c, prior knowledge) beside HTTP/1.1:
-        // a client that multiplexes its releases holds one connection, not one per release.
-        let server = match config.server.accept_h2c {
-            true => server.listen_auto_h2c(tcp),
-            false => server.listen(tcp),
         };
-        let mut server = server
-            .map_err(|source| StartError::Bind {
-                address: config.server.listen.clone(),
-                source,
-            })?
-            .client_request_timeout(Duration::from_millis(
-                config.server.client_request_timeout_ms,
-            ))
-            .shutdown_timeout(config.server.shutdown_drain_ms.div_ceil(1000).max(1))
-            .disable_signals();
-        if config.server.workers > 0 {
-            server = server.workers(config.server.workers);
-        }
-        let server = server.run();
+        let bind_error = |source| StartError::Bind {
+            address: config.server.listen.clone(),
+            source,
+        };
+        let shutdown_timeout = config.server.shutdown_drain_ms.div_ceil(1000).max(1);
+        let server = if config.server.accept_h2c {
+            // HTTP/2 without TLS (h2c, prior knowledge) beside HTTP/1.1, through the bounded
+            // front door: a client that multiplexes its releases holds one connection.
+            let limits = front_door::Limits {
+                first_bytes: Duration::from_millis(config.server.client_request_timeout_ms),
+                max_concurrent_streams: config.server.h2_max_concurrent_streams,
+            };
+            let local = tcp.local_addr().map_err(bind_error)?;
+            let mut builder = actix_server::Server::build()
+                .shutdown_timeout(shutdown_timeout)
+                .disable_signals();
+            if config.server.workers > 0 {
+                builder = builder.workers(config.server.workers);
+            }
+            let worker = move || {
+                let make_app = make_app.clone();
+                let app_service = move || {
+                    let app = make_app();
+                    async move {
+                        let config = AppConfig::__priv_test_new(false, local.to_string(), local);
+                        let service = app.into_factory().new_service(config).await?;
+                        let service = service
+                            .map(|response: ServiceResponse<_>| {
+                                actix_http::Response::from(response.map_into_boxed_body())
+                            })
+                            .map_err(actix_http::Response::from);
+                        Ok(actix_service::boxed::service(service))
+                    }
+                };
+                front_door::service(app_service, limits, local)
+            };
+            builder
+                .listen("release-harness", tcp, worker)
+                .map_err(bind_error)?
+                .run()
+        } else {
+            let mut server = HttpServer::new(make_app)
+                .listen(tcp)
+                .map_err(bind_error)?
+                .client_request_timeout(Duration::from_millis(
+                    config.server.client_request_timeout_ms,
+                ))
+                .shutdown_timeout(shutdown_timeout)
+                .disable_signals();
+            if config.server.workers > 0 {
+                server = server.workers(config.server.workers);
+            }
+            server.run()
+        };
         let ready_shards = shards.clone();
         let shutdown = Shutdown {
             draining: draining.clone(),

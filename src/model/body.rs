@@ -63,21 +63,9 @@ static SPECIAL_STRIP: [bool; 256] = {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// The length of the invisible control character (U+00AD, U+061C, U+180E, U+200B–U+200F,
-/// U+202A–U+202E, U+2060–U+2064, U+2066–U+2069, U+FEFF) encoded at the start of `bytes`,
-/// or 0 if none starts there.
-pub fn invisible_len(bytes: &[u8]) -> usize {
-    match bytes {
-        [0xC2, 0xAD, ..] | [0xD8, 0x9C, ..] => 2,
-        [0xE1, 0xA0, 0x8E, ..]
-        | [0xE2, 0x80, 0x8B..=0x8F, ..]
-        | [0xE2, 0x80, 0xAA..=0xAE, ..]
-        | [0xE2, 0x81, 0xA0..=0xA4, ..]
-        | [0xE2, 0x81, 0xA6..=0xA9, ..]
-        | [0xEF, 0xBB, 0xBF, ..] => 3,
-        _ => 0,
-    }
-}
+/// The invisible controls' lengths: one rule for the judge's request and EvidenceGuard's
+/// identifier check ([`crate::domain::text`]).
+pub use crate::domain::text::invisible_len;
 
 /// Appends `bytes` (UTF-8 text) to `out` as the contents of a JSON string, dropping the
 /// invisible controls when `strip` is set.

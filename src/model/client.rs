@@ -21,6 +21,7 @@ use async_openai::middleware::HttpRequestFactory;
 use async_openai::Client;
 use serde_json::Value;
 
+use super::capped::{self, AnswerBodyError, ReadAnswerError};
 use super::envelope::Envelope;
 use super::gate::{parse_retry_after, Sent};
 use super::prompts::{PreparedRequest, RequestBody};
@@ -90,13 +91,32 @@ impl ModelClient {
     /// read, taken from the answer's bytes in one pass. The request is given up: its bytes
     /// are let go as they are written, so a call waiting on the model holds none of them.
     pub async fn send(&self, request: PreparedRequest) -> Result<Envelope, SendFailure> {
+        self.send_capped(request, DEFAULT_MAX_OUTPUT_BYTES).await
+    }
+
+    /// [`ModelClient::send`] for an answer whose content may hold `max_output_bytes`: its
+    /// body is read up to [`capped::answer_cap`] of that and fails as `parse` past it.
+    pub async fn send_capped(
+        &self,
+        request: PreparedRequest,
+        max_output_bytes: u64,
+    ) -> Result<Envelope, SendFailure> {
         let chat = self.client.chat();
         let call = chat.create_byot::<Placeholder, Envelope>(Placeholder);
-        SENDING
-            .scope(Cell::new(Some(request.into_body())), call)
+        let call = SENDING.scope(Cell::new(Some(request.into_body())), call);
+        ANSWER_CAP
+            .scope(capped::answer_cap(max_output_bytes), call)
             .await
             .map_err(classify)
     }
+}
+
+/// The content limit of a [`ModelClient::send`] that names none (the probe's canary).
+const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64 * 1024;
+
+tokio::task_local! {
+    /// How many bytes of the answer's body [`StatusService`] reads on this task.
+    static ANSWER_CAP: usize;
 }
 
 tokio::task_local! {
@@ -153,6 +173,9 @@ impl tower::Service<HttpRequestFactory> for StatusService {
     fn call(&mut self, factory: HttpRequestFactory) -> Self::Future {
         let http = self.http.clone();
         let prepared = SENDING.try_with(Cell::take).ok().flatten();
+        let cap = ANSWER_CAP
+            .try_with(|cap| *cap)
+            .unwrap_or_else(|_| capped::answer_cap(DEFAULT_MAX_OUTPUT_BYTES));
         Box::pin(async move {
             let mut request = factory.build().await?;
             drop(factory);
@@ -171,10 +194,17 @@ impl tower::Service<HttpRequestFactory> for StatusService {
                     ))
                 }
             }
+            // What a server's message may quote and no excerpt may hold.
+            let authorization = credentials(&request);
             let mut response = http.execute(request).await?;
             let status = response.status();
             if status.is_success() {
-                return Ok(response);
+                return capped::read_answer(response, cap)
+                    .await
+                    .map_err(|e| match e {
+                        ReadAnswerError::Body(body) => OpenAIError::Boxed(Box::new(body)),
+                        ReadAnswerError::Transport(e) => OpenAIError::Reqwest(e),
+                    });
             }
             let retry_after = come_back_in(&response);
             // Read at most ERROR_BODY_BYTES of the error body: a hostile or broken server
@@ -187,13 +217,31 @@ impl tower::Service<HttpRequestFactory> for StatusService {
                 }
             }
             body.truncate(ERROR_BODY_BYTES);
+            let secrets: Vec<&str> = authorization.iter().map(String::as_str).collect();
             Err(OpenAIError::Boxed(Box::new(HttpStatusError {
                 status: status.as_u16(),
-                body: String::from_utf8_lossy(&body).into_owned(),
+                body: capped::redact(&String::from_utf8_lossy(&body), &secrets),
                 retry_after,
             })))
         })
     }
+}
+
+/// The request's `Authorization` value and the token in it (the configured API key):
+/// redacted from a server's message before it is kept anywhere.
+fn credentials(request: &reqwest::Request) -> Vec<String> {
+    let Some(value) = request
+        .headers()
+        .get(reqwest::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Vec::new();
+    };
+    let mut secrets = vec![value.to_string()];
+    if let Some(token) = value.strip_prefix("Bearer ") {
+        secrets.push(token.trim().to_string());
+    }
+    secrets
 }
 
 /// How much of an error body is read.
@@ -311,6 +359,9 @@ fn classify(error: OpenAIError) -> SendFailure {
         _ => Sent::ConnectionFailed,
     };
     let (class, detail) = match &error {
+        OpenAIError::Boxed(inner) if inner.is::<AnswerBodyError>() => {
+            (AttemptOutcome::Parse, inner.to_string())
+        }
         OpenAIError::Boxed(inner) => match inner.downcast_ref::<HttpStatusError>() {
             Some(http) => {
                 let excerpt = error_excerpt(&http.body);

@@ -1,9 +1,11 @@
-//! The model adapter: request building ([`prompts`]), the HTTP client ([`client`]), the
-//! chat-completion envelope it reads ([`envelope`]), strict answer reading ([`verdict`]).
+//! The model adapter: request building ([`prompts`]), the HTTP client ([`client`]) and the
+//! bounds on what a server sends ([`capped`]), the chat-completion envelope it reads
+//! ([`envelope`]), strict answer reading ([`verdict`]).
 //! Retry, timeouts, budgets and cancellation are the
 //! actors' job (`actors::semantic_guard`, `actors::repair`).
 
 pub mod body;
+pub mod capped;
 pub mod client;
 pub mod envelope;
 pub mod gate;

@@ -43,6 +43,45 @@ pub fn usage(envelope: &Envelope) -> (Option<u64>, Option<u64>) {
     (envelope.prompt_tokens, envelope.completion_tokens)
 }
 
+/// Tokens a prompt may count beyond its request's bytes: a chat template's own tokens.
+const PROMPT_TOKENS_SLACK: u64 = 4096;
+/// Tokens a completion may count beyond `max_tokens` (a server counting the end token).
+const COMPLETION_TOKENS_SLACK: u64 = 16;
+
+/// Token counts the request makes impossible: a prompt of more tokens than its
+/// `request_bytes` (every token holds at least one byte) plus [`PROMPT_TOKENS_SLACK`], or a
+/// completion past the request's `max_tokens` plus [`COMPLETION_TOKENS_SLACK`]. Such a
+/// count is a `schema` failure: it is never added to a budget or a counter.
+pub fn check_usage(
+    (prompt, completion): (Option<u64>, Option<u64>),
+    request_bytes: u64,
+    max_output_tokens: u32,
+) -> Result<(), AnswerError> {
+    let max_prompt = request_bytes.saturating_add(PROMPT_TOKENS_SLACK);
+    if let Some(prompt) = prompt.filter(|p| *p > max_prompt) {
+        return Err(schema_error(format!(
+            "the model reports {prompt} prompt tokens for a {request_bytes}-byte request"
+        )));
+    }
+    let max_completion = u64::from(max_output_tokens).saturating_add(COMPLETION_TOKENS_SLACK);
+    if let Some(completion) = completion.filter(|c| *c > max_completion) {
+        return Err(schema_error(format!(
+            "the model reports {completion} completion tokens, over the request's max_tokens {max_output_tokens}"
+        )));
+    }
+    Ok(())
+}
+
+/// At most [`crate::model::client::ERROR_EXCERPT_CHARS`] characters of a value the model
+/// chose, for a detail.
+fn excerpt(text: &str) -> String {
+    let limit = super::client::ERROR_EXCERPT_CHARS;
+    match text.char_indices().nth(limit) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 /// Reads the first choice's message: it must have finished with `stop`, carry no refusal,
 /// and hold non-empty content of at most `max_bytes`.
 pub fn read_completion(envelope: &Envelope, max_bytes: u64) -> Result<Completion, AnswerError> {
@@ -64,7 +103,8 @@ pub fn read_completion(envelope: &Envelope, max_bytes: u64) -> Result<Completion
         Some("length") => return Err(parse_error("the output was cut at max_tokens")),
         Some(other) => {
             return Err(schema_error(format!(
-                "finish_reason is {other:?}, not \"stop\""
+                "finish_reason is {:?}, not \"stop\"",
+                excerpt(other)
             )))
         }
         None => return Err(schema_error("finish_reason is missing")),

@@ -71,9 +71,15 @@ impl MemoryStore {
         }
     }
 
-    pub(super) fn calls(&self, run: &str, max_calls: usize) -> CallsList {
+    /// The calls list as the Redis store reads it; its size in the store is counted as
+    /// each id's bytes plus 8 (Redis's MEMORY USAGE differs by its nodes' overhead).
+    pub(super) fn calls(&self, run: &str, max_calls: usize, max_list_bytes: u64) -> CallsList {
         let data = self.data();
         let calls = data.calls.get(run).map(Vec::as_slice).unwrap_or_default();
+        let size: u64 = calls.iter().map(|id| id.len() as u64 + 8).sum();
+        if size > max_list_bytes {
+            return super::calls_too_large(size);
+        }
         CallsList::Ids(
             calls[calls.len().saturating_sub(max_calls.max(1))..]
                 .iter()
@@ -91,7 +97,7 @@ impl MemoryStore {
         reading: super::Reading<'_>,
     ) -> (CallsList, LoadedRecords) {
         let (cited, limits) = (reading.cited, reading.limits);
-        let calls = self.calls(run, reading.max_calls);
+        let calls = self.calls(run, reading.max_calls, limits.max_calls_list_bytes);
         let listed = match &calls {
             CallsList::Ids(ids) => ids.as_slice(),
             CallsList::Unreadable(_) => &[],

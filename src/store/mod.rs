@@ -231,11 +231,12 @@ pub struct Watch {
 }
 
 /// Bounds on reading the agent's records (`evidence.max_record_bytes`,
-/// `evidence.max_release_bytes`).
+/// `evidence.max_release_bytes`, `evidence.max_calls_list_bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordLimits {
     pub max_record_bytes: u64,
     pub max_release_bytes: u64,
+    pub max_calls_list_bytes: u64,
 }
 
 /// A run's calls list as read: the ids (most recent `max_calls`; ids that cannot name a
@@ -263,6 +264,15 @@ pub(crate) fn record_too_large(size: u64, max_record_bytes: u64) -> CallRejectio
     )
 }
 
+/// A calls list that takes `size` bytes in the store, over `evidence.max_calls_list_bytes`:
+/// not read, so every call of the run is unusable.
+pub(crate) fn calls_too_large(size: u64) -> CallsList {
+    CallsList::Unreadable(CallRejection::new(
+        Rule::CallsTooLarge,
+        format!("the run's calls list takes {size} bytes, over evidence.max_calls_list_bytes"),
+    ))
+}
+
 /// A record whose `size` bytes do not fit in what is left of the release's budget.
 pub(crate) fn record_over_budget(size: u64) -> CallRejection {
     CallRejection::new(
@@ -281,6 +291,7 @@ fn bad_record_reason(rule: Rule) -> &'static str {
         Rule::RecordTooLarge => "too_large",
         Rule::RecordOverBudget => "over_budget",
         Rule::CallsWrongType => "calls_wrong_type",
+        Rule::CallsTooLarge => "calls_too_large",
         _ => "other",
     }
 }
@@ -312,7 +323,8 @@ pub(crate) fn evidence(run: &str, calls: CallsList, loaded: LoadedRecords) -> Ru
     }
 }
 
-/// Ids that can name a record: blank and over-long ids never reach the store.
+/// Ids that can name a record, in the order given, each once: blank and over-long ids
+/// never reach the store.
 fn lookup_ids<'a>(ids: impl Iterator<Item = &'a String>) -> Vec<String> {
     let mut seen = foldhash::HashSet::default();
     ids.filter(|id| !id.trim().is_empty() && id.len() <= MAX_CALL_ID_BYTES)

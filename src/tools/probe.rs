@@ -237,7 +237,7 @@ async fn call<T>(
 ) -> (ProbeCall, Option<T>) {
     let request_bytes = request.len_bytes();
     let began = Instant::now();
-    let sent = tokio::time::timeout(timeout, client.send(request)).await;
+    let sent = tokio::time::timeout(timeout, client.send_capped(request, max_output_bytes)).await;
     let latency_ms = began.elapsed().as_millis() as u64;
     let mut probe = ProbeCall {
         name,
@@ -265,7 +265,9 @@ async fn call<T>(
         Ok(Ok(envelope)) => envelope,
     };
     (probe.prompt_tokens, probe.completion_tokens) = usage(&envelope);
-    probe.answer = envelope.content().map(|c| c.chars().take(300).collect());
+    probe.answer = envelope
+        .content()
+        .map(|c| c.chars().take(super::client::ERROR_EXCERPT_CHARS).collect());
     let completion = match read_completion(&envelope, max_output_bytes) {
         Ok(c) => c,
         Err(e) => {

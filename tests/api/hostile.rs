@@ -110,3 +110,72 @@ async fn odd_bytes_and_wrong_types_in_records_are_release_outcomes_not_store_err
         );
     }
 }
+
+/// A Draft citing 90,000 ids (900 kB) breaks EvidenceGuard before any of them reaches Redis:
+/// EVIDENCE_VALIDATION_FAILED with `too_many_cited_calls`, no model call, and an audit record
+/// of a few hundred bytes (before: Redis blocked 389-511 ms and a 9.27 MB audit was stored).
+#[actix_rt::test]
+async fn a_draft_citing_90000_calls_is_refused_before_redis_with_a_small_audit() {
+    let server = wiremock::MockServer::start().await;
+    on_semantic(&server, verdict("SUPPORTED", "the evidence shows it")).await;
+    let app = spawn_app(AppOptions {
+        model: Some(server.uri()),
+        ..Default::default()
+    })
+    .await;
+    let run = unique_run("cites-90000");
+    app.seed(&standard_invocations(&run)).await;
+    let mut draft = good_draft();
+    let ids: Vec<String> = (0..90_000).map(|i| format!("m-{i}")).collect();
+    draft["analyses"][0]["tool_call_ids"] = json!(ids);
+    let result = json(app.post_release(&run, &release_body(draft)).await).await;
+    assert_eq!(result["fallback_type"], "EVIDENCE_VALIDATION_FAILED");
+    let response = app.get(&format!("/v1/runs/{run}/audit")).await;
+    let text = response.text().await.unwrap();
+    assert!(text.len() < 4096, "{} bytes", text.len());
+    let audit: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(audit_rules(&audit), vec!["too_many_cited_calls"]);
+    assert!(requests(&server).await.is_empty(), "no model call");
+}
+
+/// Invisible characters (U+200B, U+00AD, U+2060, U+FEFF) inside a call id or a Redis key in
+/// the Draft's text do not hide it: EvidenceGuard's whole-token check reads the text as the
+/// judge would be sent it, so the release fails closed and the judge is never asked.
+#[actix_rt::test]
+async fn invisible_characters_inside_ids_and_keys_do_not_carry_them_to_the_judge() {
+    let server = wiremock::MockServer::start().await;
+    on_semantic(&server, verdict("SUPPORTED", "the evidence shows it")).await;
+    let app = spawn_app(AppOptions {
+        model: Some(server.uri()),
+        ..Default::default()
+    })
+    .await;
+    for (i, invisible) in ["\u{200B}", "\u{00AD}", "\u{2060}", "\u{FEFF}"]
+        .iter()
+        .enumerate()
+    {
+        for text in [
+            format!("See call-log{invisible}-01 for the timeouts."),
+            format!("Read {}:{invisible}run:{{r}}:calls first.", app.prefix),
+        ] {
+            let run = unique_run(&format!("invisible-{i}"));
+            app.seed(&standard_invocations(&run)).await;
+            let mut draft = good_draft();
+            draft["analyses"][0]["text"] = json!(text);
+            let result = json(app.post_release(&run, &release_body(draft)).await).await;
+            assert_eq!(
+                result["fallback_type"], "EVIDENCE_VALIDATION_FAILED",
+                "{text:?}"
+            );
+            let audit = json(app.get(&format!("/v1/runs/{run}/audit")).await).await;
+            assert!(
+                audit_rules(&audit).contains(&"draft_names_identifier".to_string()),
+                "{text:?}: {audit}"
+            );
+        }
+    }
+    assert!(
+        requests(&server).await.is_empty(),
+        "the judge was never asked"
+    );
+}

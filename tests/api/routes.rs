@@ -114,6 +114,169 @@ async fn releases_multiplexed_over_h2c_answer_as_over_http1() {
     assert_eq!(unauthorized.status().as_u16(), 401);
 }
 
+/// With `server.accept_h2c` the front door is bounded: a connection that sends nothing is
+/// closed after `client_request_timeout_ms` (actix-web's own detection waited for ever),
+/// HTTP/2 announces `server.h2_max_concurrent_streams`, and a request of 30,000 header names
+/// (which panicked h2's decoder under actix-web's 16 MiB header list) is answered 431 on a
+/// connection that then serves the next request.
+#[actix_rt::test]
+async fn the_h2c_front_door_closes_silent_connections_and_bounds_streams_and_headers() {
+    use tokio::io::AsyncReadExt;
+    let app = spawn_app(AppOptions {
+        tweak: Box::new(|c| {
+            c.server.accept_h2c = true;
+            c.server.client_request_timeout_ms = 300;
+            c.server.h2_max_concurrent_streams = 7;
+        }),
+        ..Default::default()
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_string();
+    let mut silent = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let mut nothing = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        silent.read_to_end(&mut nothing),
+    )
+    .await
+    .expect("the silent connection is closed")
+    .unwrap();
+
+    // 30,000 header fields in one request, written as HPACK does when a name repeats (the
+    // first one adds it to the table, each next one is one byte): 30 kB on the wire, 30,000
+    // entries once decoded, more than an http HeaderMap holds.
+    let mut h2 = RawH2::connect(&address).await;
+    assert_eq!(
+        h2.settings.get(&3),
+        Some(&7),
+        "SETTINGS_MAX_CONCURRENT_STREAMS announced"
+    );
+    let mut block = get_healthz_block();
+    block.extend([0x40, 5]);
+    block.extend(b"x-h-0");
+    block.extend([1, b'1']);
+    block.extend(std::iter::repeat_n(0xbe, 29_999));
+    h2.send_headers(1, &block).await;
+    h2.send_headers(3, &get_healthz_block()).await;
+    let answers = h2.answers(&[1, 3]).await;
+    // Answered (431, its status written in Huffman form, or the stream reset), not a
+    // dropped connection.
+    assert!(answers.contains_key(&1), "{answers:?}");
+    assert_eq!(
+        answers[&3].first(),
+        Some(&0x88),
+        "the next request is answered 200"
+    );
+
+    // 30,000 distinct names (390 kB of header block): the connection is closed
+    // (ENHANCE_YOUR_CALM) without a panic, and the next connection is served.
+    let mut h2 = RawH2::connect(&address).await;
+    let mut block = get_healthz_block();
+    for i in 0..30_000 {
+        let name = format!("x-h-{i}");
+        block.push(0);
+        block.push(name.len() as u8);
+        block.extend(name.as_bytes());
+        block.extend([1, b'1']);
+    }
+    h2.send_headers(1, &block).await;
+    assert!(h2.answers(&[1]).await.is_empty(), "closed");
+    let mut h2 = RawH2::connect(&address).await;
+    h2.send_headers(1, &get_healthz_block()).await;
+    assert_eq!(h2.answers(&[1]).await[&1].first(), Some(&0x88));
+}
+
+/// HPACK for `GET http://x/healthz`: :method GET, :scheme http (static entries), :path and
+/// :authority (literals with static names).
+fn get_healthz_block() -> Vec<u8> {
+    let mut block = vec![0x82, 0x86, 0x04, 8];
+    block.extend(b"/healthz");
+    block.extend([0x01, 1, b'x']);
+    block
+}
+
+/// A client that writes HTTP/2 frames by hand (h2's own client cannot build a request of
+/// 30,000 fields: its header map holds fewer).
+struct RawH2 {
+    socket: tokio::net::TcpStream,
+    /// The server's first SETTINGS, by identifier.
+    settings: std::collections::HashMap<u16, u32>,
+}
+
+impl RawH2 {
+    async fn connect(address: &str) -> RawH2 {
+        use tokio::io::AsyncWriteExt;
+        let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+        socket
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+        socket.write_all(&frame(4, 0, 0, &[])).await.unwrap();
+        let mut raw = RawH2 {
+            socket,
+            settings: Default::default(),
+        };
+        let (kind, _, _, payload) = raw.read_frame().await.expect("the server's SETTINGS");
+        assert_eq!(kind, 4);
+        for setting in payload.chunks(6) {
+            let id = u16::from_be_bytes([setting[0], setting[1]]);
+            let value = u32::from_be_bytes([setting[2], setting[3], setting[4], setting[5]]);
+            raw.settings.insert(id, value);
+        }
+        raw.socket.write_all(&frame(4, 1, 0, &[])).await.unwrap();
+        raw
+    }
+
+    /// One request's header block on `stream`, in frames of 16 kB, with END_STREAM.
+    async fn send_headers(&mut self, stream: u32, block: &[u8]) {
+        use tokio::io::AsyncWriteExt;
+        let parts: Vec<&[u8]> = block.chunks(16_384).collect();
+        let mut out = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let last = if i + 1 == parts.len() { 0x4 } else { 0 };
+            let (kind, flags) = if i == 0 { (1, 0x1 | last) } else { (9, last) };
+            out.extend(frame(kind, flags, stream, part));
+        }
+        let _ = self.socket.write_all(&out).await;
+    }
+
+    /// The first HEADERS payload (or RST_STREAM code) the server sends on each of
+    /// `streams`, within 5 s; fewer if the connection closes first.
+    async fn answers(&mut self, streams: &[u32]) -> std::collections::HashMap<u32, Vec<u8>> {
+        let mut answers = std::collections::HashMap::new();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while answers.len() < streams.len() {
+            let read = tokio::time::timeout_at(deadline, self.read_frame()).await;
+            let Ok(Some((kind, _, stream, payload))) = read else {
+                break;
+            };
+            if (kind == 1 || kind == 3) && streams.contains(&stream) {
+                answers.entry(stream).or_insert(payload);
+            }
+        }
+        answers
+    }
+
+    async fn read_frame(&mut self) -> Option<(u8, u8, u32, Vec<u8>)> {
+        use tokio::io::AsyncReadExt;
+        let mut head = [0u8; 9];
+        self.socket.read_exact(&mut head).await.ok()?;
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        self.socket.read_exact(&mut payload).await.ok()?;
+        Some((head[3], head[4], stream, payload))
+    }
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = (payload.len() as u32).to_be_bytes();
+    let mut out = vec![len[1], len[2], len[3], kind, flags];
+    out.extend(stream.to_be_bytes());
+    out.extend(payload);
+    out
+}
+
 #[actix_rt::test]
 async fn every_outcome_type_over_http() {
     let (app, _server) =
@@ -382,8 +545,9 @@ async fn bodies_over_the_limit_are_413_and_change_nothing() {
 }
 
 /// A connection that sends nothing at all is answered 408 and closed after
-/// `client_request_timeout_ms` (the default, HTTP/1.1 only: with `server.accept_h2c`
-/// actix-web's protocol detection would wait for its first bytes without a limit).
+/// `client_request_timeout_ms` (HTTP/1.1 only; with `server.accept_h2c` the front door
+/// closes it after the same time, see
+/// `the_h2c_front_door_closes_silent_connections_and_bounds_streams_and_headers`).
 #[actix_rt::test]
 async fn a_connection_that_sends_nothing_gets_408_and_is_closed() {
     use tokio::io::AsyncReadExt;

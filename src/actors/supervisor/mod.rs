@@ -39,7 +39,7 @@ use super::semantic_guard::SemanticGuardActor;
 use super::{Harness, ReleaseError, ReleaseRequest, Released, StepTimes, StopChild};
 use crate::domain::audit::{Audit, BudgetUse, CancelSource, ModelRole};
 use crate::domain::evidence_guard::RunEvidence;
-use crate::domain::release::DraftInput;
+use crate::domain::release::{cites_too_many, DraftInput};
 use crate::store::{Reading, RecordLimits};
 use crate::telemetry;
 
@@ -394,6 +394,13 @@ impl RunSupervisor {
                 ..
             } if !stop_reason.is_controlled_stop() => d.cited_call_ids(),
             _ => Vec::new(),
+        };
+        // A Draft citing too many calls fails EvidenceGuard on its own: none of its ids is
+        // sent to Redis.
+        let cited = match cites_too_many(cited.len(), self.harness.config.evidence.max_cited_calls)
+        {
+            true => Vec::new(),
+            false => cited,
         };
         let store = self.harness.store.clone();
         let run_id = self.run_id.clone();

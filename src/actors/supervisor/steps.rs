@@ -23,7 +23,8 @@ use crate::domain::evidence_guard::{ResolvedRun, RunEvidence, Violation};
 use crate::domain::identifiers::RunIdentifiers;
 use crate::domain::json;
 use crate::domain::release::{
-    self, after_judgement, DraftInput, Judgeable, Judgement, ReleaseResult, RepairFailure, Step,
+    self, after_judgement, cites_too_many, DraftInput, Judgeable, Judgement, ReleaseResult,
+    RepairFailure, Step,
 };
 use crate::model::prompts::UsableCallRef;
 use crate::store::{lock_holder, Begin, StoreError};
@@ -176,6 +177,7 @@ impl RunSupervisor {
             .collect();
         let store = self.harness.store.clone();
         let limits = self.record_limits();
+        let max_cited_calls = self.harness.config.evidence.max_cited_calls;
         let work = async move {
             let asked = RepairDraft {
                 draft: draft.clone(),
@@ -189,13 +191,14 @@ impl RunSupervisor {
             };
             let mut evidence = evidence;
             if let Ok(candidate) = &candidate {
-                store
-                    .complete_evidence(
-                        Arc::make_mut(&mut evidence),
-                        &candidate.cited_call_ids(),
-                        limits,
-                    )
-                    .await?;
+                let cited = candidate.cited_call_ids();
+                // A candidate citing too many calls fails EvidenceGuard on its own: its ids
+                // are not read.
+                if !cites_too_many(cited.len(), max_cited_calls) {
+                    store
+                        .complete_evidence(Arc::make_mut(&mut evidence), &cited, limits)
+                        .await?;
+                }
             }
             Ok(Repaired::Candidate {
                 candidate,

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use crate::domain::evidence_guard::Rule;
 use crate::domain::invocation::{CallRejection, RawRecord, RECORD_FIELDS};
+use redis::Value;
+
 use crate::store::{Begin, CallsList, LoadedRecords};
 
 /// The items of a record-reading script's answer: `LEN:BYTES`, or `-` for nil.
@@ -129,43 +131,76 @@ fn then_digit(n: usize, byte: u8) -> Option<usize> {
     n.checked_mul(10)?.checked_add(usize::from(digit))
 }
 
-/// The begin script's answer (`begin.lua`).
-pub(super) fn read_begin(
-    answer: &[u8],
-    run: &str,
-    max_record_bytes: u64,
-) -> Result<Begin, &'static str> {
-    let mut items = Items::new(answer);
-    let begin = match items.text("begin answer")? {
-        "stored" => Begin::Stored(items.text("stored result")?.to_string()),
-        "locked" => Begin::Locked {
+/// What the begin script answered: the end of the begin, or the lock taken with what it
+/// read of the run so far.
+#[derive(Debug)]
+pub(super) enum Begun {
+    Done(Begin),
+    Taken {
+        calls: CallsList,
+        loaded: LoadedRecords,
+        /// How many of the run's ids to look up (the cited ones, then the listed ones most
+        /// recent first, as `lookup_ids` orders them) the script answered.
+        answered: usize,
+        /// Whether ids are left to look up after those: the harness reads their records
+        /// with the records script.
+        more: bool,
+    },
+}
+
+/// The begin script's answer (`begin.lua`): one string of items, or after `taken` a pair
+/// of that string and the calls list as read.
+pub(super) fn read_begin(answer: &Value, max_record_bytes: u64) -> Result<Begun, &'static str> {
+    let (items, listed): (&[u8], Option<&[Value]>) = match answer {
+        Value::BulkString(items) => (items, None),
+        Value::Array(pair) => match pair.as_slice() {
+            [Value::BulkString(items), Value::Array(listed)] => (items, Some(listed)),
+            _ => return Err("begin answer"),
+        },
+        _ => return Err("begin answer"),
+    };
+    let mut items = Items::new(items);
+    let begun = match items.text("begin answer")? {
+        "stored" => Begun::Done(Begin::Stored(items.text("stored result")?.to_string())),
+        "locked" => Begun::Done(Begin::Locked {
             token: items.text("lock holder")?.to_string(),
             remaining: Duration::from_millis(items.number("lease left")?),
-        },
-        "cancelled" => Begin::Cancelled,
+        }),
+        "cancelled" => Begun::Done(Begin::Cancelled),
         "taken" => {
-            let (calls, loaded) = read_run(&mut items, max_record_bytes)?;
-            Begin::Taken(Box::new(crate::store::evidence(run, calls, loaded)))
+            let calls = read_calls(&mut items, listed.ok_or("calls list")?)?;
+            let (loaded, answered) = read_records(&mut items, max_record_bytes)?;
+            let more = match items.text("more")? {
+                "more" => true,
+                "done" => false,
+                _ => return Err("more"),
+            };
+            Begun::Taken {
+                calls,
+                loaded,
+                answered,
+                more,
+            }
         }
         _ => return Err("begin answer"),
     };
     items.end()?;
-    Ok(begin)
+    Ok(begun)
 }
 
-/// The evidence `begin.lua` read: the calls list, then the records.
-fn read_run(
-    items: &mut Items<'_>,
-    max_record_bytes: u64,
-) -> Result<(CallsList, LoadedRecords), &'static str> {
+/// The calls list `begin.lua` read: how it answered, and the ids (`listed`, the pair's
+/// second element).
+fn read_calls(items: &mut Items<'_>, listed: &[Value]) -> Result<CallsList, &'static str> {
     let calls = match items.text("calls answer")? {
         "ok" => {
-            let n = items.number("number of calls")?;
-            let mut ids = Vec::with_capacity(n.min(4096) as usize);
-            for _ in 0..n {
+            let mut ids = Vec::with_capacity(listed.len());
+            for id in listed {
+                let Value::BulkString(id) = id else {
+                    return Err("call id");
+                };
                 // Over-long ids come as "", ids that are not UTF-8 are left out: neither
                 // can name a record.
-                if let Some(id) = items.item("call id")?.text() {
+                if let Ok(id) = std::str::from_utf8(id) {
                     if !id.is_empty() {
                         ids.push(id.to_string());
                     }
@@ -181,21 +216,22 @@ fn read_run(
                 items.text("calls type")?
             ),
         )),
+        "too_large" => crate::store::calls_too_large(items.number("calls size")?),
         _ => return Err("calls answer"),
     };
-    let loaded = read_records(items, max_record_bytes)?;
-    Ok((calls, loaded))
+    Ok(calls)
 }
 
 /// The records of a script's answer (`record_reader.lua`): their number, then per
 /// record its id and its answer. A missing record is left out; an unreadable one is an
-/// unusable call with its rule.
+/// unusable call with its rule. Answers them and how many ids were answered.
 pub(super) fn read_records(
     items: &mut Items<'_>,
     max_record_bytes: u64,
-) -> Result<LoadedRecords, &'static str> {
+) -> Result<(LoadedRecords, usize), &'static str> {
     let mut loaded = LoadedRecords::default();
-    for _ in 0..items.number("number of records")? {
+    let answered = items.number("number of records")?;
+    for _ in 0..answered {
         let id = items.text("record id")?.to_string();
         let why = match items.text("record answer")? {
             "missing" => continue,
@@ -240,7 +276,8 @@ pub(super) fn read_records(
         };
         loaded.unreadable.insert(id, why);
     }
-    Ok(loaded)
+    let answered = usize::try_from(answered).map_err(|_| "number of records")?;
+    Ok((loaded, answered))
 }
 
 #[cfg(test)]
@@ -273,7 +310,7 @@ mod tests {
     fn read(items: &[Option<&[u8]>]) -> Result<LoadedRecords, &'static str> {
         let bytes = answer(items);
         let mut items = Items::new(&bytes);
-        let loaded = read_records(&mut items, 1 << 20)?;
+        let (loaded, _) = read_records(&mut items, 1 << 20)?;
         items.end().map(|()| loaded)
     }
 

@@ -20,13 +20,15 @@ use std::time::Duration;
 use futures::StreamExt;
 use redis::{AsyncCommands, Client, RedisError, Script, Value};
 
-use self::answer::{read_begin, read_records, Items};
+use self::answer::{read_begin, read_records, Begun, Items};
 pub use self::connection::RedisConnection;
 use self::scripts::{
-    forgot_script, invoke, BeginArgs, CommitArgs, RecordsArgs, RenewArgs, Scripts, UnlockArgs,
+    forgot_script, invoke, Batch, BeginArgs, CommitArgs, RecordsArgs, RenewArgs, Scripts,
+    UnlockArgs,
 };
 use super::{
-    Appended, Begin, Commit, Committed, Keys, LoadedRecords, Reading, StoreError, Watch, Watched,
+    Appended, Begin, CallsList, Commit, Committed, Keys, LoadedRecords, Reading, RecordLimits,
+    StoreError, Watch, Watched,
 };
 use crate::config::RedisConfig;
 use crate::domain::decision::{DecisionRecord, StreamId};
@@ -139,7 +141,10 @@ impl RedisStore {
     }
 
     /// The begin script (`begin.lua`): the stored result, or who holds the lock, or the
-    /// lock taken and, unless the marker is set, the run read as `reading` asks.
+    /// lock taken and, unless the marker is set, the run read as `reading` asks. The script
+    /// reads one batch of records ([`Batch::PER_CALL`]); the records it left (a long run,
+    /// large records, listed ids that are not ASCII) are read with the records script, one
+    /// batch per call, so that no call holds Redis long whatever the agent wrote.
     pub(super) async fn begin(
         &self,
         run: &str,
@@ -148,6 +153,7 @@ impl RedisStore {
         reading: Reading<'_>,
     ) -> Result<Begin, StoreError> {
         let script = &self.scripts.begin;
+        let limits = reading.limits;
         let args = BeginArgs {
             release: self.keys.release(run),
             lock: self.keys.lock(run),
@@ -162,22 +168,46 @@ impl RedisStore {
             lease_ms: lease.as_millis() as u64,
             max_calls: reading.max_calls.max(1),
             max_id_bytes: MAX_CALL_ID_BYTES,
-            max_record_bytes: reading.limits.max_record_bytes,
-            budget: reading.limits.max_release_bytes,
+            max_list_bytes: limits.max_calls_list_bytes,
+            max_record_bytes: limits.max_record_bytes,
+            budget: limits.max_release_bytes,
+            batch: Batch::PER_CALL,
             record_prefix: self.keys.call(run, ""),
         };
         let mut conn = self.conn.clone();
-        let answer: Vec<u8> = invoke(script, &args.command(script), &mut conn)
+        let answer: Value = invoke(script, &args.command(script), &mut conn)
             .await
             .map_err(failed("begin"))?;
-        read_begin(&answer, run, reading.limits.max_record_bytes).map_err(|what| {
+        let begun = read_begin(&answer, limits.max_record_bytes).map_err(|what| {
             telemetry::store_error("begin");
             StoreError::unavailable("begin", format!("unexpected {what} from the begin script"))
-        })
+        })?;
+        let (calls, mut loaded, answered, more) = match begun {
+            Begun::Done(begin) => return Ok(begin),
+            Begun::Taken {
+                calls,
+                loaded,
+                answered,
+                more,
+            } => (calls, loaded, answered, more),
+        };
+        if more {
+            // The ids in the order the script looks them up (and the memory store reads
+            // them): the script answered the first `answered` of them.
+            let listed = match &calls {
+                CallsList::Ids(ids) => ids.as_slice(),
+                CallsList::Unreadable(_) => &[],
+            };
+            let order = super::lookup_ids(reading.cited.iter().chain(listed.iter().rev()));
+            let rest = order.get(answered..).unwrap_or_default();
+            self.read_all(run, rest, limits, &mut loaded, "begin")
+                .await?;
+        }
+        Ok(Begin::Taken(Box::new(super::evidence(run, calls, loaded))))
     }
 
-    /// The records of `ids` within `budget` bytes (`records.lua`; the ids a repaired Draft
-    /// cites that the begin script did not read).
+    /// The records of `ids` within `budget` bytes (the ids a repaired Draft cites that the
+    /// begin script did not read), one batch per call of the records script.
     pub(super) async fn records(
         &self,
         run: &str,
@@ -185,30 +215,59 @@ impl RedisStore {
         max_record_bytes: u64,
         budget: u64,
     ) -> Result<LoadedRecords, StoreError> {
-        if ids.is_empty() {
-            return Ok(LoadedRecords::default());
-        }
-        let script = &self.scripts.records;
-        let args = RecordsArgs {
-            keys: ids.iter().map(|id| self.keys.call(run, id)).collect(),
+        let mut loaded = LoadedRecords::default();
+        let limits = RecordLimits {
             max_record_bytes,
-            budget,
-            record_prefix: self.keys.call(run, ""),
+            max_release_bytes: budget,
+            max_calls_list_bytes: 0,
+        };
+        self.read_all(run, ids, limits, &mut loaded, "load_records")
+            .await?;
+        Ok(loaded)
+    }
+
+    /// Reads the records of `ids` into `loaded`, in order, with the records script: one
+    /// batch per call, each within what is left of `limits.max_release_bytes`.
+    async fn read_all(
+        &self,
+        run: &str,
+        mut ids: &[String],
+        limits: RecordLimits,
+        loaded: &mut LoadedRecords,
+        op: &'static str,
+    ) -> Result<(), StoreError> {
+        let script = &self.scripts.records;
+        let unexpected = |what: &str| {
+            telemetry::store_error(op);
+            StoreError::unavailable(op, format!("unexpected {what} from the records script"))
         };
         let mut conn = self.conn.clone();
-        let answer: Vec<u8> = invoke(script, &args.command(script), &mut conn)
-            .await
-            .map_err(failed("load_records"))?;
-        let mut items = Items::new(&answer);
-        read_records(&mut items, max_record_bytes)
-            .and_then(|loaded| items.end().map(|()| loaded))
-            .map_err(|what| {
-                telemetry::store_error("load_records");
-                StoreError::unavailable(
-                    "load_records",
-                    format!("unexpected {what} from the records script"),
-                )
-            })
+        while !ids.is_empty() {
+            let batch = &ids[..ids.len().min(Batch::PER_CALL.records)];
+            let args = RecordsArgs {
+                keys: batch.iter().map(|id| self.keys.call(run, id)).collect(),
+                max_record_bytes: limits.max_record_bytes,
+                budget: limits.max_release_bytes.saturating_sub(loaded.bytes),
+                batch: Batch::PER_CALL,
+                record_prefix: self.keys.call(run, ""),
+            };
+            let answer: Vec<u8> = invoke(script, &args.command(script), &mut conn)
+                .await
+                .map_err(failed(op))?;
+            let mut items = Items::new(&answer);
+            let (read, answered) = read_records(&mut items, limits.max_record_bytes)
+                .and_then(|read| items.end().map(|()| read))
+                .map_err(unexpected)?;
+            // Every call answers at least one record: anything else would never end.
+            if answered == 0 || answered > batch.len() {
+                return Err(unexpected("number of records"));
+            }
+            loaded.records.extend(read.records);
+            loaded.unreadable.extend(read.unreadable);
+            loaded.bytes += read.bytes;
+            ids = &ids[answered..];
+        }
+        Ok(())
     }
 
     pub(super) async fn is_cancelled(&self, run: &str) -> Result<bool, StoreError> {

@@ -56,11 +56,31 @@ pub(super) struct BeginArgs<'a> {
     pub lease_ms: u64,
     pub max_calls: usize,
     pub max_id_bytes: usize,
+    pub max_list_bytes: u64,
     pub max_record_bytes: u64,
     pub budget: u64,
+    pub batch: Batch,
     /// The run's record key prefix (`P:run:{RUN}:call:`); a record's key is it + the id.
     pub record_prefix: String,
-    // ARGV[8..]: RECORD_FIELDS
+    // ARGV[11..]: RECORD_FIELDS
+}
+
+/// How much one script call reads at most (`read_records` in `record_reader.lua`): the
+/// records it answers, and the bytes of fields it copies (one record of up to
+/// `evidence.max_record_bytes` is always read). Measured with Redis's own clock
+/// (tests/store_redis.rs, `scripts/redis_script_times.sh`): a call of 32 records or
+/// 128 KiB takes about 1.5 ms of Redis's time, a 256 KiB record about 2.5 ms.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Batch {
+    pub records: usize,
+    pub bytes: u64,
+}
+
+impl Batch {
+    pub const PER_CALL: Batch = Batch {
+        records: 32,
+        bytes: 128 * 1024,
+    };
 }
 
 impl BeginArgs<'_> {
@@ -74,7 +94,7 @@ impl BeginArgs<'_> {
         let mut cmd = evalsha(
             script,
             keys.len() + self.cited.len(),
-            keys.len() + self.cited.len() + 7 + RECORD_FIELDS.len(),
+            keys.len() + self.cited.len() + 10 + RECORD_FIELDS.len(),
             bytes,
         );
         cmd.arg(&keys[..])
@@ -83,8 +103,11 @@ impl BeginArgs<'_> {
             .arg(self.lease_ms)
             .arg(self.max_calls)
             .arg(self.max_id_bytes)
+            .arg(self.max_list_bytes)
             .arg(self.max_record_bytes)
             .arg(self.budget)
+            .arg(self.batch.records)
+            .arg(self.batch.bytes)
             .arg(&self.record_prefix)
             .arg(&RECORD_FIELDS[..]);
         cmd
@@ -98,8 +121,9 @@ pub(super) struct RecordsArgs {
     // ARGV
     pub max_record_bytes: u64,
     pub budget: u64,
+    pub batch: Batch,
     pub record_prefix: String,
-    // ARGV[4..]: RECORD_FIELDS
+    // ARGV[6..]: RECORD_FIELDS
 }
 
 impl RecordsArgs {
@@ -109,12 +133,14 @@ impl RecordsArgs {
         let mut cmd = evalsha(
             script,
             self.keys.len(),
-            self.keys.len() + 3 + RECORD_FIELDS.len(),
+            self.keys.len() + 5 + RECORD_FIELDS.len(),
             bytes,
         );
         cmd.arg(&self.keys)
             .arg(self.max_record_bytes)
             .arg(self.budget)
+            .arg(self.batch.records)
+            .arg(self.batch.bytes)
             .arg(&self.record_prefix)
             .arg(&RECORD_FIELDS[..]);
         cmd
@@ -286,17 +312,31 @@ mod tests {
             lease_ms: 1,
             max_calls: 1,
             max_id_bytes: 1,
+            max_list_bytes: 1,
             max_record_bytes: 1,
             budget: 1,
+            batch: Batch::PER_CALL,
             record_prefix: "p".into(),
         };
-        // EVALSHA, hash, number of keys, 4 + 2 keys, 7 arguments, the fields.
+        // EVALSHA, hash, number of keys, 4 + 2 keys, 10 arguments, the fields.
         assert_eq!(
             args(&begin.command(&Scripts::new().begin)),
-            3 + 6 + 7 + RECORD_FIELDS.len()
+            3 + 6 + 10 + RECORD_FIELDS.len()
         );
-        assert!(BEGIN.contains("local FIRST_CITED = 5") && BEGIN.contains("local FIRST_FIELD = 8"));
-        assert!(RECORDS.contains("local FIRST_FIELD = 4"));
+        assert!(BEGIN.contains("local FIRST_CITED = 5"));
+        assert!(BEGIN.contains("local FIRST_FIELD = 11") && BEGIN.contains("ARGV[10]"));
+        let records = RecordsArgs {
+            keys: vec!["k".into()],
+            max_record_bytes: 1,
+            budget: 1,
+            batch: Batch::PER_CALL,
+            record_prefix: "p".into(),
+        };
+        assert_eq!(
+            args(&records.command(&Scripts::new().records)),
+            3 + 1 + 5 + RECORD_FIELDS.len()
+        );
+        assert!(RECORDS.contains("local FIRST_FIELD = 6") && RECORDS.contains("ARGV[5]"));
         let commit = CommitArgs {
             lock: "l".into(),
             release: "r".into(),

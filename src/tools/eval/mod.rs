@@ -105,6 +105,8 @@ pub enum EvalError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Input(Box<crate::input_file::InputError>),
     #[error("case {case}: {why}")]
     Case { case: String, why: String },
     #[error("the corpus {0} holds no case (*.json)")]
@@ -124,6 +126,16 @@ pub enum EvalError {
 
 /// Every `*.json` of `dir`, in file-name order, parsed strictly.
 pub fn load_corpus(dir: &Path) -> Result<Vec<EvalCase>, EvalError> {
+    load_corpus_with(dir, None, crate::input_file::DEFAULT_MAX_BUNDLE_BYTES)
+}
+
+/// The first `limit` (all without one) `*.json` of `dir`, in file-name order, parsed
+/// strictly: only those files are read, each a regular file of at most `max_bytes`.
+pub fn load_corpus_with(
+    dir: &Path,
+    limit: Option<usize>,
+    max_bytes: u64,
+) -> Result<Vec<EvalCase>, EvalError> {
     let read_err = |source| EvalError::Read {
         path: dir.to_path_buf(),
         source,
@@ -137,13 +149,12 @@ pub fn load_corpus(dir: &Path) -> Result<Vec<EvalCase>, EvalError> {
     if paths.is_empty() {
         return Err(EvalError::Empty(dir.to_path_buf()));
     }
+    paths.truncate(limit.unwrap_or(usize::MAX));
     paths
         .iter()
         .map(|path| {
-            let text = std::fs::read_to_string(path).map_err(|source| EvalError::Read {
-                path: path.clone(),
-                source,
-            })?;
+            let text = crate::input_file::read_bounded(path, max_bytes)
+                .map_err(|e| EvalError::Input(Box::new(e)))?;
             let id = path
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
