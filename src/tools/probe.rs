@@ -265,9 +265,11 @@ async fn call<T>(
         Ok(Ok(envelope)) => envelope,
     };
     (probe.prompt_tokens, probe.completion_tokens) = usage(&envelope);
-    probe.answer = envelope
-        .content()
-        .map(|c| c.chars().take(super::client::ERROR_EXCERPT_CHARS).collect());
+    probe.answer = envelope.content().map(|c| {
+        c.chars()
+            .take(crate::model::client::ERROR_EXCERPT_CHARS)
+            .collect()
+    });
     let completion = match read_completion(&envelope, max_output_bytes) {
         Ok(c) => c,
         Err(e) => {
