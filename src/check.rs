@@ -71,7 +71,33 @@ impl RunBundle {
         if !text.trim_start().starts_with('{') {
             return Err(BundleError::Invalid("a bundle is a JSON object".into()));
         }
-        serde_json::from_str(text).map_err(|e| BundleError::Invalid(e.to_string()))
+        // The error names the field at fault: `invocations[0].agent_result: invalid type: map,
+        // expected a JSON string holding the projection ...`.
+        let mut json = serde_json::Deserializer::from_str(text);
+        let bundle: RunBundle = serde_path_to_error::deserialize(&mut json)
+            .map_err(|e| BundleError::Invalid(with_path(&e)))?;
+        json.end()
+            .map_err(|e| BundleError::Invalid(e.to_string()))?;
+        Ok(bundle)
+    }
+
+    /// The bundle with its run id replaced (`seed --run-id`): every record of the bundle's
+    /// own run, and its calls list, move to the new run, so that a recorded run can be
+    /// released again under a fresh id. Records stored under another run stay there.
+    pub fn with_run_id(mut self, run_id: &str) -> RunBundle {
+        let old = std::mem::replace(&mut self.run_id, run_id.to_string());
+        for inv in &mut self.invocations {
+            if inv.run_id.as_deref() == Some(old.as_str()) {
+                inv.run_id = Some(run_id.to_string());
+            }
+            if inv.stored_under.as_deref() == Some(old.as_str()) {
+                inv.stored_under = Some(run_id.to_string());
+            }
+        }
+        if let Some(calls) = self.calls.remove(&old) {
+            self.calls.insert(run_id.to_string(), calls);
+        }
+        self
     }
 
     /// The request, validated as the API validates it.
@@ -110,6 +136,15 @@ impl RunBundle {
         let store = MemoryStore::new();
         self.agent_records()?.write_memory(&store);
         Ok(store)
+    }
+}
+
+/// A serde error with the path of the field at fault in front (`invocations[0].agent_result:
+/// ...`), or the error alone at the top level.
+fn with_path(e: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    match e.path().to_string().as_str() {
+        "." => e.inner().to_string(),
+        path => format!("{path}: {}", e.inner()),
     }
 }
 
@@ -317,6 +352,48 @@ mod tests {
         let store = b.store().unwrap();
         assert_eq!(store_calls(&store, "r1"), vec!["a", "c"]);
         assert_eq!(store_calls(&store, "r0"), vec!["b"]);
+    }
+
+    #[test]
+    fn a_bundle_replayed_under_a_fresh_run_id_moves_its_own_run_only() {
+        let b = bundle(
+            r#"{"run_id": "r1", "query": "q", "draft": "x", "calls": {"r1": ["a", "c"]},
+                "invocations": [
+                  {"run_id": "r1", "tool_call_id": "a"},
+                  {"run_id": "r0", "tool_call_id": "b"},
+                  {"run_id": "r0", "tool_call_id": "c", "stored_under": "r1"}]}"#,
+        )
+        .with_run_id("r2");
+        assert_eq!(b.run_id(), "r2");
+        let store = b.store().unwrap();
+        assert_eq!(store_calls(&store, "r2"), vec!["a", "c"]);
+        assert!(store_calls(&store, "r1").is_empty());
+        assert_eq!(
+            store_calls(&store, "r0"),
+            vec!["b"],
+            "another run's record stays"
+        );
+        assert_eq!(b.request().unwrap().run_id, "r2");
+    }
+
+    #[test]
+    fn bundle_errors_name_the_field() {
+        let err = RunBundle::parse(
+            r#"{"run_id": "r1", "invocations": [{"tool_call_id": "a", "agent_result": {"tool": "log_search"}}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("invocations[0].agent_result: invalid type: map, expected a JSON string holding the projection"),
+            "{err}"
+        );
+        let err = RunBundle::parse(r#"{"run_id": "r1", "invocations": [{}, {"tool_call_id": 5}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("invocations[1].tool_call_id: invalid type"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -135,6 +135,24 @@ pub struct RedisConfig {
     pub lock_lease_ms: u64,
 }
 
+impl RedisConfig {
+    /// The store as a log line may name it: the single node's URL or the cluster's seeds,
+    /// each without its password.
+    pub fn target(&self) -> String {
+        match self.cluster_nodes.is_empty() {
+            true => without_password(&self.url),
+            false => format!(
+                "cluster {}",
+                self.cluster_nodes
+                    .iter()
+                    .map(|node| without_password(node))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        }
+    }
+}
+
 /// A list of nodes, written as a list (TOML) or as one comma-separated string (the
 /// environment, where figment reads a value as text).
 fn node_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
@@ -333,22 +351,106 @@ pub struct DecisionsConfig {
 /// A configuration that cannot be used, with the key at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("configuration: {0}")]
-    Load(Box<figment::Error>),
+    /// Values of the wrong type and other errors of reading the layers, one line each, each
+    /// naming its key (`server.listen`, not figment's `default.server.listen`) and where it
+    /// was set.
+    #[error("configuration: {}", .0.join("\n  "))]
+    Load(Vec<String>),
+    /// Every key no section knows, each with where it was set and the section's keys.
+    #[error("configuration: {}", .0.join("\n  "))]
+    UnknownKeys(Vec<String>),
+    #[error("configuration: HARNESS_CONFIG names {path:?}, which cannot be read: {source}")]
+    File {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("configuration key {key}: {problem}")]
     Invalid { key: &'static str, problem: String },
+}
+
+/// The variable naming the configuration file.
+const CONFIG_FILE_VAR: &str = "HARNESS_CONFIG";
+
+/// Where a key's value came from, in the words an operator would use to find it.
+fn set_by(figment: &Figment, path: &[&str]) -> String {
+    let Some(metadata) = figment.find_metadata(&path.join(".")) else {
+        return String::new();
+    };
+    match &metadata.source {
+        Some(figment::Source::File(file)) => format!(" (in {})", file.display()),
+        _ if metadata.name.contains("environment") => format!(
+            " (environment variable HARNESS__{})",
+            path.join("__").to_uppercase()
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Every key of the layered configuration that `config/default.toml` (which holds every
+/// key) does not have: all of them, not only the first serde would report.
+fn unknown_keys(figment: &Figment) -> Vec<String> {
+    use figment::value::{Dict, Value};
+    let known: Dict = Figment::from(Toml::string(DEFAULT_TOML))
+        .extract()
+        .unwrap_or_default();
+    let Ok(given) = figment.extract::<Dict>() else {
+        return Vec::new();
+    };
+    let sections = known.keys().cloned().collect::<Vec<_>>().join(", ");
+    let mut unknown = Vec::new();
+    for (section, value) in &given {
+        let Some(Value::Dict(_, known_keys)) = known.get(section) else {
+            unknown.push(format!(
+                "unknown section {section}{}; the sections are: {sections}",
+                set_by(figment, &[section.as_str()])
+            ));
+            continue;
+        };
+        let Value::Dict(_, keys) = value else {
+            continue;
+        };
+        for key in keys.keys().filter(|k| !known_keys.contains_key(*k)) {
+            unknown.push(format!(
+                "unknown key {section}.{key}{}; the keys of [{section}] are: {}",
+                set_by(figment, &[section.as_str(), key.as_str()]),
+                known_keys.keys().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    unknown
+}
+
+/// figment's errors, one line each, with the key as written in config/default.toml.
+fn load_errors(figment: &Figment, error: figment::Error) -> Vec<String> {
+    error
+        .into_iter()
+        .map(|e| {
+            let path: Vec<&str> = e.path.iter().map(String::as_str).collect();
+            match path.is_empty() {
+                true => e.kind.to_string(),
+                false => format!("{}: {}{}", path.join("."), e.kind, set_by(figment, &path)),
+            }
+        })
+        .collect()
 }
 
 impl Config {
     /// Defaults, then `HARNESS_CONFIG`, then `HARNESS__*` variables; validated.
     pub fn load() -> Result<Config, ConfigError> {
+        if let Ok(path) = std::env::var(CONFIG_FILE_VAR) {
+            if !path.is_empty() {
+                if let Err(source) = std::fs::metadata(&path) {
+                    return Err(ConfigError::File { path, source });
+                }
+            }
+        }
         Config::from_figment(Config::figment())
     }
 
     /// The layered sources, for callers (tests) that want to add their own on top.
     pub fn figment() -> Figment {
         let mut figment = Figment::from(CompiledDefaults);
-        if let Ok(path) = std::env::var("HARNESS_CONFIG") {
+        if let Ok(path) = std::env::var(CONFIG_FILE_VAR) {
             if !path.is_empty() {
                 figment = figment.merge(Toml::file_exact(path));
             }
@@ -366,9 +468,13 @@ impl Config {
     }
 
     pub fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let unknown = unknown_keys(&figment);
+        if !unknown.is_empty() {
+            return Err(ConfigError::UnknownKeys(unknown));
+        }
         let mut config: Config = figment
             .extract()
-            .map_err(|e| ConfigError::Load(Box::new(e)))?;
+            .map_err(|e| ConfigError::Load(load_errors(&figment, e)))?;
         // Non-empty `redis.cluster_nodes` selects Redis Cluster (CONTRACT §5): the compiled-in
         // `redis.url` then does not count. One the operator set beside it is refused.
         if !config.redis.cluster_nodes.is_empty() && !config.redis.url.is_empty() {
@@ -410,6 +516,12 @@ impl Config {
             return invalid(
                 "server.listen",
                 "must be an address:port such as 127.0.0.1:8080",
+            );
+        }
+        if self.server.api_token.trim() != self.server.api_token {
+            return invalid(
+                "server.api_token",
+                "must not begin or end with whitespace (a blank token is no token: leave it empty, which only a loopback server.listen allows)",
             );
         }
         if self.redis.key_prefix.is_empty() {
@@ -597,6 +709,11 @@ impl Config {
         self.server.listen.parse()
     }
 
+    /// The store as a log line may name it ([`RedisConfig::target`]).
+    pub fn redis_target(&self) -> String {
+        self.redis.target()
+    }
+
     pub fn model_configured(&self) -> bool {
         !self.model.base_url.is_empty()
     }
@@ -652,6 +769,26 @@ fn describe_source(metadata: Option<&Metadata>) -> String {
             None => format!("by {}", m.name),
         },
         None => "explicitly".to_string(),
+    }
+}
+
+/// `redis://user:secret@host:6379/0` as `redis://user:***@host:6379/0`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((credentials, host)) => {
+            let user = credentials.split_once(':').map_or("", |(user, _)| user);
+            match credentials.contains(':') {
+                true => format!("{scheme}://{user}:***@{host}{path}"),
+                // A lone userinfo may be a password too: hidden as well.
+                false => format!("{scheme}://***@{host}{path}"),
+            }
+        }
+        None => url.to_string(),
     }
 }
 
@@ -768,6 +905,99 @@ mod tests {
                 .contains("model.api_key"));
             Ok(())
         });
+    }
+
+    #[test]
+    fn every_unknown_key_is_reported_by_its_own_name_and_where_it_was_set() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "typo.toml",
+                "[server]\nlisen = \"127.0.0.1:1\"\n[modle]\nname = \"x\"\n",
+            )?;
+            jail.set_env("HARNESS_CONFIG", "typo.toml");
+            jail.set_env("HARNESS__SERVER__API_TOKN", "s3cret");
+            jail.set_env("HARNESS__SEMANTIC_GUARD__ATEMPT_TIMEOUT_MS", "5");
+            let err = Config::load().unwrap_err().to_string();
+            assert!(
+                !err.contains("default."),
+                "no figment profile in the names: {err}"
+            );
+            assert!(
+                err.contains(
+                    "unknown key server.api_tokn (environment variable HARNESS__SERVER__API_TOKN)"
+                ),
+                "{err}"
+            );
+            assert!(
+                err.contains("unknown key semantic_guard.atempt_timeout_ms"),
+                "{err}"
+            );
+            assert!(err.contains("unknown key server.lisen (in "), "{err}");
+            assert!(err.contains("typo.toml"), "{err}");
+            assert!(err.contains("unknown section modle"), "{err}");
+            assert!(err.contains("the keys of [server] are: "), "{err}");
+            assert!(
+                err.contains("api_token"),
+                "the valid keys are listed: {err}"
+            );
+            Ok(())
+        });
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS__SEMANTIC_GUARD__ATTEMPT_TIMEOUT_MS", "soon");
+            let err = Config::load().unwrap_err().to_string();
+            assert!(
+                err.contains("semantic_guard.attempt_timeout_ms: invalid type"),
+                "{err}"
+            );
+            assert!(
+                err.contains("HARNESS__SEMANTIC_GUARD__ATTEMPT_TIMEOUT_MS"),
+                "{err}"
+            );
+            assert!(!err.contains("default."), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_missing_config_file_names_the_variable() {
+        Jail::expect_with(|jail| {
+            jail.set_env("HARNESS_CONFIG", "nowhere/harness.toml");
+            let err = Config::load().unwrap_err().to_string();
+            assert!(
+                err.contains("HARNESS_CONFIG names \"nowhere/harness.toml\""),
+                "{err}"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_blank_or_padded_token_is_refused() {
+        for token in [" ", "\t", "s3cret ", " s3cret"] {
+            Jail::expect_with(|jail| {
+                jail.set_env("HARNESS__SERVER__API_TOKEN", token);
+                let err = Config::load().unwrap_err().to_string();
+                assert!(err.contains("server.api_token"), "{token:?}: {err}");
+                Ok(())
+            });
+        }
+    }
+
+    #[test]
+    fn the_store_is_named_without_its_password() {
+        let mut c = Config::defaults();
+        c.redis.url = "redis://app:s3cret@10.0.0.5:6379/2".into();
+        assert_eq!(c.redis_target(), "redis://app:***@10.0.0.5:6379/2");
+        c.redis.url = "redis://:s3cret@h:6379".into();
+        assert_eq!(c.redis_target(), "redis://:***@h:6379");
+        c.redis.url = "redis://127.0.0.1:6379".into();
+        assert_eq!(c.redis_target(), "redis://127.0.0.1:6379");
+        c.redis.url = String::new();
+        c.redis.cluster_nodes = vec!["redis://u:p@h1:7000".into(), "redis://h2:7000".into()];
+        assert_eq!(
+            c.redis_target(),
+            "cluster redis://u:***@h1:7000,redis://h2:7000"
+        );
     }
 
     #[test]

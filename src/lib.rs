@@ -25,6 +25,7 @@
 //!                    files only)
 //! config             typed, layered configuration, validated once at start-up
 //! telemetry          every metric name, the Prometheus recorder, tracing set-up
+//! log_writer         stderr behind a bounded queue: logging never blocks or fails a caller
 //! store/             where records are read and results kept: redis/ (connection,
 //!                    scripts/*.lua and their typed arguments, answer reader, operations)
 //!                    or memory; agent_records writes records as the agent's tool layer
@@ -53,6 +54,7 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod input_file;
+pub mod log_writer;
 pub mod model;
 pub mod store;
 pub mod telemetry;

@@ -53,6 +53,25 @@ enum Command {
     /// and write a report (JSON and an SVG plot). Exits 1 if an invariant broke.
     Soak(SoakArgs),
     /// Serve a fake OpenAI-compatible model (for demos and load tests).
+    ///
+    /// It prints its base URL (use it as model.base_url) and serves POST /chat/completions
+    /// and /v1/chat/completions until Ctrl-C. It judges and repairs deterministically: the
+    /// verdict is --verdict unless a directive in the operator's question or in the Draft's
+    /// text (anything the judge is shown) says otherwise:
+    ///
+    ///   [judge:SUPPORTED]    answer the verdict SUPPORTED
+    ///   [judge:UNSUPPORTED]  answer the verdict UNSUPPORTED
+    ///   [judge:error]        answer HTTP 500 (a technical failure: retried once)
+    ///   [judge:garbage]      answer prose instead of JSON (a parse failure)
+    ///   [judge:flaky]        answer 503 to the first attempt, the verdict to its retry
+    ///   [judge:hang]         answer nothing for 120 s, then 504: a release waits on it
+    ///                        until its timeout, or until it is cancelled (the cancel demo)
+    ///   [repair:rewrite]     the repair changes the conclusion's text (which the harness
+    ///                        must reject)
+    ///
+    /// A repair request is answered with the Draft whose unknown call ids are replaced by the
+    /// nearest usable ones. probe-model's canary word is echoed.
+    #[command(verbatim_doc_comment)]
     FakeModel {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -69,6 +88,10 @@ enum Command {
         /// Print the bundle's API request body on stdout (for curl -d @-).
         #[arg(long)]
         print_body: bool,
+        /// Write the records under this run id instead of the bundle's own, to release a
+        /// recorded run again (a released run id answers its stored result).
+        #[arg(long)]
+        run_id: Option<String>,
     },
     /// Release one run offline from a run bundle (query, Draft, stop reason, records).
     Check {
@@ -244,9 +267,16 @@ impl Command {
                 max_bundle_bytes,
             } => system.block_on(check(Config::load()?, &bundle, max_bundle_bytes)),
             Command::Soak(args) => system.block_on(soak(args, Config::load()?)),
-            Command::Seed { bundle, print_body } => {
-                system.block_on(seed(Config::load()?, &bundle, print_body))
-            }
+            Command::Seed {
+                bundle,
+                print_body,
+                run_id,
+            } => system.block_on(seed(
+                Config::load()?,
+                &bundle,
+                print_body,
+                run_id.as_deref(),
+            )),
             Command::FakeModel { listen, verdict } => system.block_on(fake_model(listen, verdict)),
             Command::Eval(args) => system.block_on(eval(args, Config::load()?)),
             Command::ProbeModel { json } => {
@@ -264,17 +294,33 @@ fn main() -> ExitCode {
         Err(e) => {
             let message = e.to_string();
             if !message.is_empty() {
-                eprintln!("release-harness {name}: {message}");
+                say(&format!("release-harness {name}: {message}"));
             }
             ExitCode::from(e.exit_code())
         }
     }
 }
 
+/// One line on stderr; a closed stderr is no reason to fail (`eprintln!` would panic).
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 async fn serve(config: Config) -> Result<(), CliError> {
-    telemetry::init_tracing(config.server.log_format);
+    let logs = telemetry::init_tracing(config.server.log_format);
+    let served = serve_until_stopped(config).await;
+    // The last lines, if stderr still takes them; bounded, so a stuck pipe cannot hold the
+    // exit (README: SIGTERM exits within server.shutdown_drain_ms + 1 s).
+    if let Some(logs) = logs {
+        logs.flush(std::time::Duration::from_millis(500));
+    }
+    served
+}
+
+async fn serve_until_stopped(config: Config) -> Result<(), CliError> {
+    // Build logs the line naming the listen address, Redis, key prefix and model.
     let app = Application::build(config.clone()).await?;
-    tracing::info!(port = app.port(), "release-harness listening");
     // The model set-up check runs beside the service and never delays readiness; its
     // handle is owned here and aborted when the service stops.
     let probe = actix_rt::spawn(log_probe(config));
@@ -340,8 +386,18 @@ async fn soak(args: SoakArgs, config: Config) -> Result<(), CliError> {
     Ok(())
 }
 
-async fn seed(config: Config, path: &Path, print_body: bool) -> Result<(), CliError> {
-    let bundle = RunBundle::read(path).map_err(SeedError::from)?;
+async fn seed(
+    config: Config,
+    path: &Path,
+    print_body: bool,
+    run_id: Option<&str>,
+) -> Result<(), CliError> {
+    let mut bundle = RunBundle::read(path).map_err(SeedError::from)?;
+    if let Some(id) = run_id {
+        release_harness::domain::request::validate_run_id(id)
+            .map_err(|e| SeedError::from(release_harness::check::BundleError::from(e)))?;
+        bundle = bundle.with_run_id(id);
+    }
     let n = seed_redis(&config, &bundle).await?;
     eprintln!(
         "seeded {n} record(s) of run {} under prefix {:?}",

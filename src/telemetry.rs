@@ -56,6 +56,7 @@ pub const BAD_RECORD_REASONS: [&str; 7] = [
     "other",
 ];
 pub const READY: &str = "harness_ready";
+pub const LOG_LINES_DROPPED_TOTAL: &str = "harness_log_lines_dropped_total";
 pub const HTTP_REQUESTS_TOTAL: &str = "harness_http_requests_total";
 
 /// Every `op` label the stores use, so each series exists (at zero) from start-up.
@@ -139,6 +140,12 @@ pub fn describe_metrics() {
         Unit::Count,
         "1 when this replica is ready (Redis reachable, not draining), else 0."
     );
+    describe_counter!(
+        LOG_LINES_DROPPED_TOTAL,
+        Unit::Count,
+        "Log lines dropped because stderr was full (nobody reading) or gone (a closed pipe): logging never blocks a release."
+    );
+    counter!(LOG_LINES_DROPPED_TOTAL).absolute(0);
     describe_counter!(
         HTTP_REQUESTS_TOTAL,
         Unit::Count,
@@ -410,14 +417,22 @@ impl ReleaseMetrics {
     }
 }
 
-/// Starts logging: RUST_LOG (default `info`), text or JSON. A second call is a no-op.
-pub fn init_tracing(format: LogFormat) {
+/// Starts logging: RUST_LOG (default `info`), text or JSON, to stderr through
+/// [`log_writer`](crate::log_writer) (a log line never blocks or fails its caller; ANSI
+/// colours only when stderr is a terminal). Answers the handle that flushes the queued lines
+/// before the process exits; a second call is a no-op and answers `None`.
+pub fn init_tracing(format: LogFormat) -> Option<crate::log_writer::LogFlush> {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, flush) = crate::log_writer::stderr();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
+        .with_ansi(std::io::stderr().is_terminal())
+        // A failed write must not be reported with eprintln! (it panics on a closed stderr).
+        .log_internal_errors(false)
+        .with_writer(writer);
+    let installed = match format {
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
@@ -425,6 +440,12 @@ pub fn init_tracing(format: LogFormat) {
             .try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    installed.ok().map(|()| flush)
+}
+
+/// Log lines dropped because stderr was stuck or gone ([`crate::log_writer`]).
+pub fn log_lines_dropped(lines: u64) {
+    counter!(LOG_LINES_DROPPED_TOTAL).increment(lines);
 }
 
 pub fn release_finished(

@@ -168,6 +168,134 @@ fn serve_refuses_a_non_loopback_address_without_a_token() {
     assert_eq!(out.status.code(), Some(2));
     let message = String::from_utf8_lossy(&out.stderr);
     assert!(message.contains("without server.api_token"), "{message}");
+    assert_eq!(
+        message.matches("refusing").count(),
+        1,
+        "the refusal is said once: {message}"
+    );
+    // A blank token is no token: refused too, whatever the address.
+    for listen in ["0.0.0.0:0", "127.0.0.1:0"] {
+        let out = harness(
+            &["serve"],
+            &[
+                ("HARNESS__SERVER__LISTEN", listen),
+                ("HARNESS__SERVER__API_TOKEN", "  "),
+            ],
+        );
+        assert_eq!(out.status.code(), Some(2), "{listen}");
+        let message = String::from_utf8_lossy(&out.stderr);
+        assert!(message.contains("server.api_token"), "{message}");
+        assert!(
+            !message.contains('\u{1b}'),
+            "no colour codes off a terminal"
+        );
+    }
+}
+
+#[test]
+fn a_bundle_error_names_the_field_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("object-projection.json");
+    std::fs::write(
+        &bundle,
+        r#"{"run_id": "r-1", "query": "q", "draft": "x",
+            "invocations": [{"run_id": "r-1", "tool_call_id": "c-1",
+                             "agent_result": {"tool": "log_search"}}]}"#,
+    )
+    .unwrap();
+    let out = harness(&["check", &bundle.display().to_string()], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        message.contains(
+            "invocations[0].agent_result: invalid type: map, expected a JSON string holding the projection"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn check_prints_no_negative_zero() {
+    let out = harness(
+        &["check", &example("controlled-stop-saturation.json")],
+        &[("HARNESS__MODEL__BASE_URL", "")],
+    );
+    let account = String::from_utf8_lossy(&out.stderr);
+    assert!(account.contains("ms waiting on the model"), "{account}");
+    assert!(!account.contains("-0.0"), "{account}");
+}
+
+#[test]
+fn fake_model_help_lists_its_directives() {
+    let out = harness(&["fake-model", "--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for directive in [
+        "[judge:SUPPORTED]",
+        "[judge:UNSUPPORTED]",
+        "[judge:error]",
+        "[judge:garbage]",
+        "[judge:flaky]",
+        "[judge:hang]",
+        "[repair:rewrite]",
+    ] {
+        assert!(help.contains(directive), "{directive}: {help}");
+    }
+}
+
+#[test]
+fn soak_without_redis_fails_at_once_naming_it() {
+    // A port nothing listens on: the soak must say so before it starts, not after its run.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = harness(
+        &[
+            "soak",
+            "--duration",
+            "600",
+            "--report-dir",
+            &dir.path().display().to_string(),
+        ],
+        &[
+            ("HARNESS__REDIS__URL", &url),
+            ("HARNESS__REDIS__CONNECTION_TIMEOUT_MS", "500"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&out.stderr);
+    assert!(message.contains("cannot reach Redis at"), "{message}");
+    assert!(message.contains(&url), "names it: {message}");
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "no report: nothing was sent"
+    );
+}
+
+#[test]
+fn the_minimal_bundle_of_the_interface_reference_passes_evidence_guard() {
+    let doc = std::fs::read_to_string(format!("{}/docs/interface.md", env!("CARGO_MANIFEST_DIR")))
+        .unwrap();
+    let (_, after) = doc
+        .split_once("<!-- minimal-bundle -->\n```json\n")
+        .unwrap();
+    let (bundle, _) = after.split_once("\n```").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("minimal.json");
+    std::fs::write(&path, bundle).unwrap();
+    let out = harness(
+        &["check", &path.display().to_string()],
+        &[("HARNESS__MODEL__BASE_URL", "")],
+    );
+    let account = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{account}");
+    assert!(account.contains("EvidenceGuard passed"), "{account}");
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["fallback_type"], "SEMANTIC_UNAVAILABLE");
 }
 
 /// `check` and `eval` read only regular files within `--max-bundle-bytes`: a FIFO, a

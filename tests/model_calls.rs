@@ -308,8 +308,11 @@ async fn the_cancel_marker_is_checked_before_each_model_call() {
     );
     let pending = actix_rt::spawn(registry.send(StartRelease(request)));
     tokio::time::sleep(Duration::from_millis(100)).await;
-    // The marker alone, as if set by the agent or by a replica whose pub/sub message was lost.
-    store.cancel(&run).await.unwrap();
+    // The marker alone, as if set by the agent (any value but the cancel route's `http`).
+    let release_harness::store::Store::Memory(memory) = &store else {
+        unreachable!("start_registry uses the memory store")
+    };
+    memory.set_cancel_marker(&run, "1");
     let released = pending.await.unwrap().unwrap().unwrap();
     assert_eq!(released.result.outcome.as_str(), "CANCELLED");
     assert_eq!(requests(&server).await.len(), 1, "the retry was not sent");
@@ -335,6 +338,10 @@ async fn a_run_cancelled_before_release_makes_no_model_call() {
     let released = registry.send(StartRelease(request)).await.unwrap().unwrap();
     assert_eq!(released.result.outcome.as_str(), "CANCELLED");
     assert!(requests(&server).await.is_empty());
+    // The cancel route's marker: the release found it at its begin, and says who set it.
+    let audit: Value =
+        serde_json::from_str(&store.get_audit(&run).await.unwrap().unwrap()).unwrap();
+    assert_eq!(audit["cancelled_by"], "http");
 }
 
 #[actix_rt::test]

@@ -145,6 +145,52 @@ async fn a_well_configured_server_passes_every_check() {
         report.render()
     );
     assert_eq!(report.calls.len(), 3);
+    // Latency is shown against the configured timeouts.
+    let text = report.render();
+    assert!(
+        text.contains("of semantic_guard.attempt_timeout_ms (2000 ms)"),
+        "{text}"
+    );
+    assert!(text.contains("of repair.timeout_ms (2000 ms)"), "{text}");
+}
+
+#[actix_rt::test]
+async fn a_url_without_v1_is_named_before_any_mode_advice() {
+    // A server whose chat completions live under /v1 only, as most do; the base URL lacks it.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(|r: &Request| {
+            let bytes = r.body.len() as u64;
+            obedient(r, bytes / 4)
+        })
+        .mount(&server)
+        .await;
+    let report = probe(&config(Some(&server.uri()))).await;
+    assert!(report.failed());
+    let text = report.render();
+    let first = report
+        .findings
+        .first()
+        .map(|f| f.text.as_str())
+        .unwrap_or("");
+    assert!(
+        first.starts_with("no chat/completions endpoint at this URL (HTTP 404); does `model.base_url` need `/v1`?"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("structured_output ="),
+        "no mode advice: {text}"
+    );
+    assert!(!text.contains("response_format"), "no mode blamed: {text}");
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        1,
+        "the canary only: nothing more is sent to a wrong URL"
+    );
+    // With /v1 the same server passes.
+    let report = probe(&config(Some(&format!("{}/v1", server.uri())))).await;
+    assert!(!report.failed(), "{}", report.render());
 }
 
 #[actix_rt::test]

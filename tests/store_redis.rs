@@ -13,12 +13,13 @@ use std::time::Duration;
 use common::{redis_url, unique_prefix};
 use redis::AsyncCommands;
 use release_harness::config::Config;
+use release_harness::domain::audit::CancelSource;
 use release_harness::domain::decision::DecisionFilter;
 use release_harness::domain::evidence_guard::RunEvidence;
 use release_harness::domain::release::Outcome;
 use release_harness::store::{
-    Appended, Begin, Commit, Committed, DecisionEntry, MemoryStore, Reading, RecordLimits,
-    RedisStore, Store, StoreError, Watch, Watched,
+    Appended, Begin, CancelAnswer, Commit, Committed, DecisionEntry, MemoryStore, Reading,
+    RecordLimits, RedisStore, Store, StoreError, Watch, Watched,
 };
 
 fn config(prefix: &str) -> Config {
@@ -195,7 +196,7 @@ fn commit<'a>(result: &'a str) -> Commit<'a> {
         result,
         audit: "{\"run_id\":\"r\",\"outcome\":\"SUCCESS\"}",
         cancelled_result: "{\"outcome\":\"CANCELLED\"}",
-        cancelled_audit: "{\"run_id\":\"r\",\"outcome\":\"CANCELLED\"}",
+        cancelled_audit: "{\"run_id\":\"r\",\"outcome\":\"CANCELLED\",\"cancelled_by\":\"marker\"}",
         decision: None,
     }
 }
@@ -399,7 +400,7 @@ async fn a_marker_present_at_the_commit_stores_cancelled_instead() {
                 .await
                 .unwrap()
                 .0,
-            Committed::Cancelled
+            Committed::Cancelled(CancelSource::Http)
         );
         assert_eq!(
             store.get_result("r-4").await.unwrap().as_deref(),
@@ -407,7 +408,37 @@ async fn a_marker_present_at_the_commit_stores_cancelled_instead() {
         );
         assert_eq!(
             store.get_audit("r-4").await.unwrap().as_deref(),
-            Some("{\"run_id\":\"r\",\"outcome\":\"CANCELLED\"}")
+            Some("{\"run_id\":\"r\",\"outcome\":\"CANCELLED\",\"cancelled_by\":\"http\"}"),
+            "the cancel route's marker: the audit says http"
+        );
+        // A cancel of a run whose result is stored changes nothing.
+        assert_eq!(
+            store.cancel("r-4").await.unwrap(),
+            CancelAnswer::AlreadyStored("{\"outcome\":\"CANCELLED\"}".into())
+        );
+        // A marker the agent's tool layer set (any other value) is a `marker` cancel.
+        match &store {
+            Store::Memory(memory) => memory.set_cancel_marker("r-6", "1"),
+            Store::Redis(_) => {
+                let _: () = raw()
+                    .await
+                    .set(format!("{prefix}:run:{{r-6}}:cancelled"), "1")
+                    .await
+                    .unwrap();
+            }
+        }
+        begin(&store, "r-6", "a/1").await;
+        assert_eq!(
+            store
+                .commit("r-6", "a/1", &commit("{\"outcome\":\"SUCCESS\"}"))
+                .await
+                .unwrap()
+                .0,
+            Committed::Cancelled(CancelSource::Marker)
+        );
+        assert_eq!(
+            store.get_audit("r-6").await.unwrap().as_deref(),
+            Some("{\"run_id\":\"r\",\"outcome\":\"CANCELLED\",\"cancelled_by\":\"marker\"}")
         );
         // A marker set before the release: begin reports it.
         store.cancel("r-5").await.unwrap();
@@ -831,7 +862,7 @@ async fn a_commit_appends_its_stored_result_s_decision_once_in_both_stores() {
             )
             .await
             .unwrap();
-        assert_eq!(committed, Committed::Cancelled);
+        assert_eq!(committed, Committed::Cancelled(CancelSource::Http));
         // Lost: nothing stored, nothing appended.
         let lost = store
             .commit("r-d", "me/1", &with_entry("{}"))

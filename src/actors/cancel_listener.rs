@@ -45,7 +45,8 @@ async fn listen(store: RedisStore, registry: Shards) {
                 tracing::warn!("cancel subscription lost; re-subscribing");
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot subscribe to cancel channel; retrying");
+                // Reported (once per interval, naming Redis) by the store's outage log.
+                tracing::debug!(error = %e, "cannot subscribe to cancel channel; retrying");
             }
         }
         tokio::time::sleep(backoff).await;

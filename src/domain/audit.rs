@@ -370,10 +370,12 @@ pub struct Omitted {
 pub struct AuditEnd {
     pub outcome: Outcome,
     pub fallback_type: Option<FallbackType>,
-    pub cancelled_by: Option<CancelSource>,
     /// What the release had decided when the cancel marker was found at the commit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub superseded: Option<Superseded>,
+    /// Last: the commit rewrites it to `http` when it finds the cancel route's marker
+    /// (`store::cancelled_by_http`).
+    pub cancelled_by: Option<CancelSource>,
 }
 
 /// A decided outcome that a cancel replaced at the commit.
@@ -590,16 +592,25 @@ impl Audit {
 
     /// Time spent waiting on the model, summed over attempts.
     pub fn model_wait_ms(&self) -> f64 {
+        // Not `.sum()`: an empty f64 sum is -0.0, which would print as "-0.0 ms".
         self.model_attempts
             .iter()
-            .map(|a| a.latency_ms + a.queued_ms)
-            .sum()
+            .fold(0.0, |wait, a| wait + a.latency_ms + a.queued_ms)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_model_attempt_is_a_wait_of_zero_not_minus_zero() {
+        let mut audit = Audit::new("r-1", StopReason::FinalAnswer);
+        let end = AuditEnd::of(Outcome::Success, None, None);
+        let (parts, _) = audit.finish(std::time::Duration::from_millis(2), &end);
+        assert!(audit.timings.model_wait_ms.is_sign_positive());
+        assert!(!parts.decided.contains("-0.0"));
+    }
 
     #[test]
     fn the_commit_holds_the_whole_record_for_either_ending() {

@@ -505,6 +505,23 @@ pub fn resolve_call(
     })
 }
 
+/// A strict parse; its error names the field at fault (`hits[0].score: invalid type: ...`).
+/// The path is found by parsing again, on the error path only: the release path parses
+/// with serde_json alone.
+fn strict<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let first_line =
+        |e: &dyn std::fmt::Display| e.to_string().lines().next().unwrap_or("").to_string();
+    serde_json::from_str(text).map_err(|e| {
+        let mut json = serde_json::Deserializer::from_str(text);
+        match serde_path_to_error::deserialize::<_, T>(&mut json) {
+            Err(traced) if traced.path().to_string() != "." => {
+                format!("{}: {}", traced.path(), first_line(traced.inner()))
+            }
+            _ => first_line(&e),
+        }
+    })
+}
+
 /// Why an `agent_result` that is not the strict projection of `tool` is rejected: not JSON,
 /// a header naming another tool, call or status, or else the schema failure `reason`.
 fn unparsed_projection(
@@ -581,12 +598,11 @@ struct ProjectionHeader {
 /// Strict parse of an `agent_result` as the projection of `tool`. The error names the
 /// field at fault (serde's message, which may quote a value: the audit may hold it).
 fn parse_projection(tool: ToolName, text: &str) -> Result<Projection, String> {
-    let first_line = |e: serde_json::Error| e.to_string().lines().next().unwrap_or("").to_string();
     let projection = match tool {
-        ToolName::RagSearch => Projection::Rag(serde_json::from_str(text).map_err(first_line)?),
-        ToolName::LogSearch => Projection::Log(serde_json::from_str(text).map_err(first_line)?),
+        ToolName::RagSearch => Projection::Rag(strict::<RagProjection>(text)?),
+        ToolName::LogSearch => Projection::Log(strict::<LogProjection>(text)?),
         ToolName::MysqlQuery => {
-            let p: MysqlProjection = serde_json::from_str(text).map_err(first_line)?;
+            let p: MysqlProjection = strict(text)?;
             if p.rows.iter().any(|row| row.len() != p.columns.len()) {
                 return Err("a row's length differs from the number of columns".into());
             }
@@ -690,6 +706,21 @@ pub(crate) mod tests {
         }
         let rag = resolve_call("r", "c", Some(&rag_found("r", "c"))).unwrap();
         assert_eq!(rag.projection.sources(), vec!["kb-123"]);
+    }
+
+    #[test]
+    fn a_projection_that_does_not_parse_is_rejected_naming_the_field_path() {
+        let mut rec = rag_found("r", "c");
+        edit_projection(&mut rec, |p| p["hits"][0]["score"] = json!("high"));
+        let rejection = resolve_call("r", "c", Some(&rec)).unwrap_err();
+        assert_eq!(rejection.rule, Rule::ProjectionInvalid);
+        assert!(
+            rejection
+                .detail
+                .contains("rag_search projection: hits[0].score: invalid type"),
+            "{}",
+            rejection.detail
+        );
     }
 
     #[test]

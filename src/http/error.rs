@@ -75,8 +75,13 @@ impl ApiError {
             | ApiError::Overloaded { .. } => {
                 tracing::debug!(code = self.code(), "request refused: {self}")
             }
-            ApiError::StoreUnavailable(e) | ApiError::StoreOutcomeUnknown(e) => {
-                tracing::warn!(code = self.code(), error = %e, "store unavailable")
+            // The store adapter reports an outage once per interval, naming Redis
+            // (store::outage); a line per refused request would bury it.
+            ApiError::StoreUnavailable(e) => {
+                tracing::debug!(code = self.code(), error = %e, "store unavailable")
+            }
+            ApiError::StoreOutcomeUnknown(e) => {
+                tracing::warn!(code = self.code(), error = %e, "store outcome unknown")
             }
             ApiError::LockLost => tracing::warn!(code = self.code(), "release lost its lock"),
             ApiError::Internal(detail) => {

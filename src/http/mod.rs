@@ -158,7 +158,8 @@ fn route_label(pattern: Option<&str>) -> &'static str {
 impl Application {
     /// Binds, wires and returns the service, not yet serving.
     pub async fn build(config: Config) -> Result<Application, StartError> {
-        if config.server.api_token.is_empty() && !is_loopback(&config.server.listen) {
+        // A blank token is no token (config validation refuses one with whitespace around it).
+        if config.server.api_token.trim().is_empty() && !is_loopback(&config.server.listen) {
             return Err(StartError::NoTokenOffLoopback(config.server.listen.clone()));
         }
         let metrics = telemetry::install_metrics(&config)?;
@@ -296,6 +297,19 @@ impl Application {
             }
             server.run()
         };
+        // The one line that says which store, key prefix and model this replica uses.
+        let model = match config.model_configured() {
+            true => config.model.base_url.as_str(),
+            false => "none (model.base_url is empty: judged releases fail closed)",
+        };
+        tracing::info!(
+            listen = %config.server.listen,
+            port,
+            redis = %config.redis_target(),
+            key_prefix = %config.redis.key_prefix,
+            model,
+            "release-harness listening"
+        );
         let ready_shards = shards.clone();
         let shutdown = Shutdown {
             draining: draining.clone(),

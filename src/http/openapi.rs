@@ -141,7 +141,25 @@ pub struct ErrorDetailDoc {
 #[allow(dead_code)]
 pub struct CancelDoc {
     run_id: String,
+    /// Always true: the run is marked cancelled.
     cancelled: bool,
+}
+
+/// The answer to a cancel of a run whose result is already stored: nothing was done (a
+/// stored result never changes).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct CancelStoredDoc {
+    run_id: String,
+    /// Whether the stored result is CANCELLED (an earlier cancel); false for every other
+    /// outcome: this cancel changed nothing.
+    cancelled: bool,
+    /// The stored result's outcome.
+    outcome: OutcomeDoc,
+    #[schema(required = true)]
+    fallback_type: Option<FallbackTypeDoc>,
+    /// Says that the result is stored and was not changed.
+    message: String,
 }
 
 /// The audit record (CONTRACT §4), the operators' view of one release. The nested
@@ -353,6 +371,7 @@ impl Modify for BearerAuth {
         ErrorDoc,
         ErrorDetailDoc,
         CancelDoc,
+        CancelStoredDoc,
         AuditDoc,
         StatusDoc,
         DecisionPageDoc,

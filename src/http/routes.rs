@@ -19,7 +19,7 @@ use crate::domain::audit::CancelSource;
 use crate::domain::decision::{DecisionFilter, OutcomeCounts, StreamId};
 use crate::domain::release::{FallbackType, Outcome};
 use crate::domain::request::{parse_release, validate_run_id, RequestError};
-use crate::store::MAX_DECISIONS_SCANNED;
+use crate::store::{CancelAnswer, MAX_DECISIONS_SCANNED};
 use crate::telemetry;
 
 /// The run id segment of `/v1/runs/{run_id}/...`, percent-decoded once and validated.
@@ -232,15 +232,19 @@ pub async fn get_audit(
     }
 }
 
-/// `POST /v1/runs/{run_id}/cancel`: cancels the run here at once, then sets the durable
-/// marker and publishes the run id so that the replica running it aborts too (202).
+/// `POST /v1/runs/{run_id}/cancel`: unless the run's result is stored, sets the durable
+/// marker (one atomic step with that check), cancels the release here if it runs here,
+/// and publishes the run id so that the replica running it aborts too (202). A run whose
+/// result is stored is answered 200 with that result's outcome: a stored result never
+/// changes, so nothing was cancelled. Not 409, which here always means "retry later".
 #[utoipa::path(
     post,
     path = "/v1/runs/{run_id}/cancel",
     tag = "releases",
     params(RunIdParam),
     responses(
-        (status = 202, description = "The run is marked cancelled; its release is aborted on whichever replica runs it", body = super::openapi::CancelDoc),
+        (status = 202, description = "The run is marked cancelled; its release is aborted on whichever replica runs it, and a release that starts later ends CANCELLED", body = super::openapi::CancelDoc),
+        (status = 200, description = "The run's result is already stored and never changes: nothing was cancelled. `cancelled` is true only when the stored outcome is CANCELLED (an earlier cancel)", body = super::openapi::CancelStoredDoc),
         (status = 400, description = "Malformed run id", body = super::openapi::ErrorDoc),
         (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorDoc),
         (status = 404, description = NO_SUCH_ROUTE, body = super::openapi::ErrorDoc),
@@ -254,10 +258,33 @@ pub async fn cancel(
 ) -> Result<HttpResponse, ApiError> {
     authorize(&request, &state.config.server.api_token)?;
     let run_id = run_id(&request)?;
-    let running_here = state.shards.cancel(&run_id, CancelSource::Http).await;
-    state.store.cancel(&run_id).await?;
-    tracing::info!(run_id = %run_id, running_here, "cancel requested");
-    Ok(HttpResponse::Accepted().json(json!({"run_id": run_id, "cancelled": true})))
+    match state.store.cancel(&run_id).await? {
+        CancelAnswer::Marked => {
+            let running_here = state.shards.cancel(&run_id, CancelSource::Http).await;
+            tracing::info!(run_id = %run_id, running_here, "cancel requested");
+            Ok(HttpResponse::Accepted().json(json!({"run_id": run_id, "cancelled": true})))
+        }
+        CancelAnswer::AlreadyStored(stored) => {
+            #[derive(serde::Deserialize)]
+            struct Stored {
+                outcome: Option<String>,
+                fallback_type: Option<String>,
+            }
+            let stored: Stored = serde_json::from_str(&stored).unwrap_or(Stored {
+                outcome: None,
+                fallback_type: None,
+            });
+            let cancelled = stored.outcome.as_deref() == Some("CANCELLED");
+            tracing::info!(run_id = %run_id, outcome = stored.outcome.as_deref().unwrap_or("-"), "cancel of a stored result: nothing to do");
+            Ok(HttpResponse::Ok().json(json!({
+                "run_id": run_id,
+                "cancelled": cancelled,
+                "outcome": stored.outcome,
+                "fallback_type": stored.fallback_type,
+                "message": "the run's result is already stored and never changes: this cancel changed nothing",
+            })))
+        }
+    }
 }
 
 /// `GET /healthz`: the process is up.

@@ -39,6 +39,9 @@ pub struct SendFailure {
     /// What the model gate learns from it ([`super::gate`]): the server's pause, or that no
     /// HTTP answer came at all.
     pub signal: Sent,
+    /// The HTTP status, when the server answered one (`probe-model` tells a wrong URL, 404
+    /// or 405, from a refused request).
+    pub status: Option<u16>,
 }
 
 #[derive(Clone)]
@@ -358,6 +361,11 @@ fn classify(error: OpenAIError) -> SendFailure {
         OpenAIError::Reqwest(e) if e.is_timeout() => Sent::TimedOut,
         _ => Sent::ConnectionFailed,
     };
+    let status = match &error {
+        OpenAIError::Boxed(inner) => inner.downcast_ref::<HttpStatusError>().map(|h| h.status),
+        OpenAIError::ApiError(api) => Some(api.status_code.as_u16()),
+        _ => None,
+    };
     let (class, detail) = match &error {
         OpenAIError::Boxed(inner) if inner.is::<AnswerBodyError>() => {
             (AttemptOutcome::Parse, inner.to_string())
@@ -422,6 +430,7 @@ fn classify(error: OpenAIError) -> SendFailure {
         class,
         detail,
         signal,
+        status,
     }
 }
 

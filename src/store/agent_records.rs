@@ -20,12 +20,42 @@ pub struct Invocation {
     pub tool_name: Option<String>,
     pub lifecycle: Option<String>,
     pub evidence_status: Option<String>,
+    /// The projection as the agent wrote it: JSON text, so a string here (an object is the
+    /// commonest mistake, and its error says so).
+    #[serde(default, deserialize_with = "projection_text")]
     pub agent_result: Option<String>,
     pub raw_response: Option<String>,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     /// Store under this run's key instead of the record's own `run_id`.
     pub stored_under: Option<String>,
+}
+
+/// `agent_result`: a string (the projection's JSON text) or null; anything else is an error
+/// that says what is expected.
+fn projection_text<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    struct Text;
+    impl serde::de::Visitor<'_> for Text {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON string holding the projection (its JSON written as one string: \"{\\\"tool\\\": ...}\")")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(Some(text.to_string()))
+        }
+        fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Self::Value, E> {
+            Ok(Some(text))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    deserializer.deserialize_any(Text)
 }
 
 /// The fields of a record as the agent writes them, `raw_response` and `started_at` too
@@ -125,6 +155,18 @@ impl AgentRecords {
     pub fn write_redis(&self, pipe: &mut redis::Pipeline, keys: &Keys, lists: CallsLists) {
         for run in self.runs() {
             self.write_run(pipe, keys, lists, run);
+        }
+    }
+
+    /// Sets a TTL on every record and calls list written (the soak's runs expire with their
+    /// results; the agent's own records are the agent's business).
+    pub fn expire_redis(&self, pipe: &mut redis::Pipeline, keys: &Keys, ttl_seconds: u64) {
+        let ttl = i64::try_from(ttl_seconds).unwrap_or(i64::MAX);
+        for r in &self.records {
+            pipe.expire(keys.call(&r.run, &r.call), ttl).ignore();
+        }
+        for run in self.calls.keys() {
+            pipe.expire(keys.calls(run), ttl).ignore();
         }
     }
 

@@ -1,10 +1,11 @@
 //! The in-memory store: `check` fills it from a run bundle; unit tests use it directly.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::agent_records::RecordFields;
 use super::{Appended, Begin, CallsList, Commit, Committed, LoadedRecords, Watch, Watched};
+use crate::domain::audit::CancelSource;
 use crate::domain::decision::{DecisionRecord, StreamId};
 use crate::domain::invocation::{RawRecord, MAX_CALL_ID_BYTES, RECORD_FIELDS};
 
@@ -12,7 +13,8 @@ use crate::domain::invocation::{RawRecord, MAX_CALL_ID_BYTES, RECORD_FIELDS};
 struct Data {
     calls: HashMap<String, Vec<String>>,
     records: HashMap<(String, String), RecordFields>,
-    cancelled: HashSet<String>,
+    /// Cancel markers and their values.
+    cancelled: HashMap<String, String>,
     results: HashMap<String, (String, String)>,
     locks: HashMap<String, String>,
     /// The decision stream, oldest first: entry id and flat field/value pairs.
@@ -61,7 +63,7 @@ impl MemoryStore {
             },
             _ => {
                 data.locks.insert(run.to_string(), token.to_string());
-                if data.cancelled.contains(run) {
+                if data.cancelled.contains_key(run) {
                     return Begin::Cancelled;
                 }
                 drop(data);
@@ -143,11 +145,23 @@ impl MemoryStore {
     }
 
     pub(super) fn is_cancelled(&self, run: &str) -> bool {
-        self.data().cancelled.contains(run)
+        self.data().cancelled.contains_key(run)
     }
 
-    pub(super) fn cancel(&self, run: &str) {
-        self.data().cancelled.insert(run.to_string());
+    pub(super) fn cancel(&self, run: &str, marker: &str) -> super::CancelAnswer {
+        let mut data = self.data();
+        if let Some((result, _)) = data.results.get(run) {
+            return super::CancelAnswer::AlreadyStored(result.clone());
+        }
+        data.cancelled.insert(run.to_string(), marker.to_string());
+        super::CancelAnswer::Marked
+    }
+
+    /// Sets a marker as the agent's tool layer would (any value but the cancel route's).
+    pub fn set_cancel_marker(&self, run: &str, value: &str) {
+        self.data()
+            .cancelled
+            .insert(run.to_string(), value.to_string());
     }
 
     pub(super) fn get_result(&self, run: &str) -> Option<String> {
@@ -168,26 +182,30 @@ impl MemoryStore {
         if let Some(stored) = stored {
             return (Committed::AlreadyStored(stored), Appended::Done);
         }
-        let cancelled = data.cancelled.contains(run);
-        let (result, audit) = if cancelled {
-            (commit.cancelled_result, commit.cancelled_audit)
-        } else {
-            (commit.result, commit.audit)
+        let marker = data
+            .cancelled
+            .get(run)
+            .map(|value| super::marker_source(value.as_bytes()));
+        let (result, audit) = match marker {
+            Some(CancelSource::Http) => (
+                commit.cancelled_result,
+                super::cancelled_by_http(commit.cancelled_audit),
+            ),
+            Some(_) => (commit.cancelled_result, commit.cancelled_audit.to_string()),
+            None => (commit.result, commit.audit.to_string()),
         };
         data.results
-            .insert(run.to_string(), (result.to_string(), audit.to_string()));
+            .insert(run.to_string(), (result.to_string(), audit));
         if let Some(entry) = commit.decision {
-            let fields = if cancelled {
-                entry.cancelled
-            } else {
-                entry.decided
+            let fields = match marker {
+                Some(_) => entry.cancelled,
+                None => entry.decided,
             };
             push_decision(&mut data, entry.max_len, fields);
         }
-        let committed = if cancelled {
-            Committed::Cancelled
-        } else {
-            Committed::Decided
+        let committed = match marker {
+            Some(source) => Committed::Cancelled(source),
+            None => Committed::Decided,
         };
         (committed, Appended::Done)
     }
@@ -224,7 +242,7 @@ impl MemoryStore {
         let data = self.data();
         runs.iter()
             .map(|run| Watch {
-                cancelled: data.cancelled.contains(&run.run_id),
+                cancelled: data.cancelled.contains_key(&run.run_id),
                 renewed: run
                     .renew
                     .as_ref()

@@ -7,6 +7,7 @@
 
 pub mod agent_records;
 mod memory;
+pub mod outage;
 mod redis;
 
 use std::time::Duration;
@@ -32,6 +33,7 @@ pub fn new_lock_token(replica: &str) -> String {
     token
 }
 
+use crate::domain::audit::CancelSource;
 use crate::domain::decision::{DecisionFilter, DecisionRecord, StreamId};
 use crate::domain::evidence_guard::{Rule, RunEvidence};
 use crate::domain::invocation::{CallRejection, RawRecord, MAX_CALL_ID_BYTES};
@@ -200,13 +202,50 @@ pub struct DecisionPage {
 /// reading the whole stream.
 pub const MAX_DECISIONS_SCANNED: usize = 5000;
 
+/// The value the cancel route writes into a run's cancel marker, so that a release that
+/// finds the marker (at its begin, in the poll, at its commit, on any replica) knows the
+/// cancel came from the HTTP API (`source="http"`). Any other value (the agent's tool layer
+/// writes its own) is a `marker` cancel. CONTRACT §1 says only that the key is present.
+pub const HTTP_CANCEL_MARKER: &str = "http";
+
+/// Who set a cancel marker, from its value ([`HTTP_CANCEL_MARKER`]).
+pub fn marker_source(value: &[u8]) -> CancelSource {
+    match value == HTTP_CANCEL_MARKER.as_bytes() {
+        true => CancelSource::Http,
+        false => CancelSource::Marker,
+    }
+}
+
+/// The CANCELLED audit record of a release whose commit found the cancel route's marker:
+/// its `cancelled_by` (the record's last key, see
+/// [`AuditEnd`](crate::domain::audit::AuditEnd)) becomes `"http"`, however the release
+/// first noticed the cancel (the marker at its begin or in the poll, or pub/sub). The
+/// commit script does the same in Lua.
+pub fn cancelled_by_http(audit: &str) -> String {
+    match audit.rfind("\"cancelled_by\":") {
+        Some(at) => format!("{}\"cancelled_by\":\"http\"}}", &audit[..at]),
+        None => audit.to_string(),
+    }
+}
+
+/// What the cancel route did ([`Store::cancel`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelAnswer {
+    /// The marker is set (and the run id published): the release, wherever it runs or
+    /// whenever it starts, ends CANCELLED.
+    Marked,
+    /// A result is stored for the run: it never changes, so nothing was marked. The
+    /// stored result's JSON.
+    AlreadyStored(String),
+}
+
 /// How a fenced commit ended ([`Store::commit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Committed {
     /// The decided result is stored.
     Decided,
-    /// The cancel marker was set: the CANCELLED result is stored instead.
-    Cancelled,
+    /// The cancel marker was set: the CANCELLED result is stored instead; who set it.
+    Cancelled(CancelSource),
     /// A result was already stored (it stands; it is the answer).
     AlreadyStored(String),
     /// The lock no longer holds this release's token: nothing was written. `stored` is the
@@ -435,13 +474,12 @@ impl Store {
         }
     }
 
-    /// Sets the durable cancel marker and publishes the run id on `P:cancel`.
-    pub async fn cancel(&self, run: &str) -> Result<(), StoreError> {
+    /// The cancel route: unless a result is stored, sets the durable cancel marker (value
+    /// [`HTTP_CANCEL_MARKER`]) and publishes the run id on `P:cancel`. Checking the result
+    /// and setting the marker is one atomic step, as the commit checks the marker.
+    pub async fn cancel(&self, run: &str) -> Result<CancelAnswer, StoreError> {
         match self {
-            Store::Memory(s) => {
-                s.cancel(run);
-                Ok(())
-            }
+            Store::Memory(s) => Ok(s.cancel(run, HTTP_CANCEL_MARKER)),
             Store::Redis(s) => s.cancel(run).await,
         }
     }
@@ -617,6 +655,33 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cancel_routes_marker_makes_the_cancelled_tail_say_http() {
+        use crate::domain::audit::{Audit, AuditEnd, CancelSource};
+        use crate::domain::release::{FallbackType, Outcome, StopReason};
+        let audit = Audit::new("r", StopReason::FinalAnswer);
+        for first_noticed in [CancelSource::Marker, CancelSource::Pubsub] {
+            let decided = AuditEnd::of(
+                Outcome::Fallback,
+                Some(FallbackType::SemanticUnavailable),
+                None,
+            );
+            let noticed = AuditEnd::of(Outcome::Cancelled, None, Some(first_noticed));
+            for record in [
+                audit.commit_json(&decided).cancelled,
+                audit.to_json(&noticed),
+            ] {
+                let rewritten: serde_json::Value =
+                    serde_json::from_str(&cancelled_by_http(&record)).unwrap();
+                assert_eq!(rewritten["cancelled_by"], "http", "{record}");
+                assert_eq!(rewritten["outcome"], "CANCELLED");
+                assert_eq!(rewritten["run_id"], "r");
+            }
+        }
+        assert_eq!(marker_source(b"http"), CancelSource::Http);
+        assert_eq!(marker_source(b"1"), CancelSource::Marker);
+    }
 
     #[test]
     fn keys_follow_the_contract_with_hash_tags() {

@@ -45,6 +45,9 @@ pub struct ProbeCall {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     pub latency_ms: u64,
+    /// The HTTP status of a failed call, when the server answered one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
     pub request_bytes: u64,
     /// Bytes of the messages' text (what the tokenizer sees, before the chat template).
     pub message_bytes: u64,
@@ -245,6 +248,7 @@ async fn call<T>(
         outcome: "ok",
         detail: None,
         latency_ms,
+        http_status: None,
         request_bytes,
         message_bytes,
         prompt_tokens: None,
@@ -260,6 +264,7 @@ async fn call<T>(
         Ok(Err(failure)) => {
             probe.outcome = failure.class.as_str();
             probe.detail = Some(failure.detail);
+            probe.http_status = failure.status;
             return (probe, None);
         }
         Ok(Ok(envelope)) => envelope,
@@ -340,6 +345,19 @@ pub async fn probe(config: &Config) -> ProbeReport {
             None
         }
     };
+    // A 404 or 405 is the URL, not the request: no mode advice, no further requests.
+    if let Some(status) = canary
+        .as_ref()
+        .and_then(|(probe, _)| probe.http_status)
+        .filter(|status| matches!(status, 404 | 405))
+    {
+        findings.push(finding("fail", no_endpoint(&config.model.base_url, status)));
+        if let Some((probe, _)) = canary {
+            report.calls.push(probe);
+        }
+        report.findings = findings;
+        return report;
+    }
     if let Some((probe, verdict)) = canary {
         let echoed = probe.answer.as_deref().is_some_and(|a| a.contains(&word));
         match (&verdict, echoed) {
@@ -418,12 +436,6 @@ pub async fn probe(config: &Config) -> ProbeReport {
                     )),
                     None => findings.push(judge_problem(&probe, mode)),
                 }
-                if probe.latency_ms * 2 > config.semantic_guard.attempt_timeout_ms {
-                    findings.push(finding(
-                        "warn",
-                        format!("the tiny judge request took {} ms, over half of semantic_guard.attempt_timeout_ms ({}): a real Draft will time out; raise the timeout or use a faster server", probe.latency_ms, config.semantic_guard.attempt_timeout_ms),
-                    ));
-                }
                 report.calls.push(probe);
             }
             Err(e) => findings.push(finding(
@@ -490,6 +502,8 @@ pub async fn probe(config: &Config) -> ProbeReport {
         }
     }
 
+    findings.extend(latency_findings(&report.calls, config));
+
     // When the configured mode is refused or not honoured, find one that works.
     let refused = report.calls.iter().any(|c| {
         matches!(c.outcome, "rejected")
@@ -548,6 +562,50 @@ pub async fn probe(config: &Config) -> ProbeReport {
 
 fn finding(level: &'static str, text: String) -> Finding {
     Finding { level, text }
+}
+
+/// The finding for a server that has no chat completions route at `base_url`.
+fn no_endpoint(base_url: &str, status: u16) -> String {
+    match base_url.ends_with("/v1") {
+        false => format!("no chat/completions endpoint at this URL (HTTP {status}); does `model.base_url` need `/v1`? (POST {base_url}/chat/completions was not found; OpenAI-compatible servers serve it under /v1)"),
+        true => format!("no chat/completions endpoint at this URL (HTTP {status}): POST {base_url}/chat/completions was not found; check `model.base_url`"),
+    }
+}
+
+/// Each answered call's latency against the timeout `serve` would give it; a warning past
+/// half of it (a real Draft is larger than the probe's).
+fn latency_findings(calls: &[ProbeCall], config: &Config) -> Vec<Finding> {
+    calls
+        .iter()
+        .filter(|c| c.http_status.is_none() && c.outcome != "transport")
+        .filter_map(|c| {
+            let (timeout, key) = match c.name {
+                "judge" => (
+                    config.semantic_guard.attempt_timeout_ms,
+                    "semantic_guard.attempt_timeout_ms",
+                ),
+                "repair" => (config.repair.timeout_ms, "repair.timeout_ms"),
+                _ => return None,
+            };
+            let share = c.latency_ms as f64 * 100.0 / timeout.max(1) as f64;
+            let text = format!(
+                "latency: the {} request took {} ms, {share:.0} % of {key} ({timeout} ms){}",
+                c.name,
+                c.latency_ms,
+                match c.name {
+                    "judge" => format!(
+                        "; all attempts together have semantic_guard.total_timeout_ms ({} ms)",
+                        config.semantic_guard.total_timeout_ms
+                    ),
+                    _ => String::new(),
+                }
+            );
+            Some(match c.latency_ms * 2 > timeout {
+                true => finding("warn", format!("{text}: over half of it for a tiny request, so a real Draft will time out; raise {key} or use a faster server")),
+                false => finding("ok", text),
+            })
+        })
+        .collect()
 }
 
 fn judge_problem(probe: &ProbeCall, mode: StructuredOutput) -> Finding {

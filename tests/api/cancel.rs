@@ -95,8 +95,8 @@ async fn cancel_through_replica_b_aborts_the_release_on_replica_a() {
         .await;
     let audit = json(a.get(&format!("/v1/runs/{run}/audit")).await).await;
     assert_eq!(
-        audit["cancelled_by"], "pubsub",
-        "A learned of the cancel through P:cancel"
+        audit["cancelled_by"], "http",
+        "A learned of the cancel through P:cancel; it came in over HTTP (B's route), and the marker says so"
     );
     // Both replicas now answer the stored CANCELLED result.
     assert_eq!(
@@ -142,6 +142,63 @@ async fn cancelling_a_finished_run_keeps_its_result() {
     app.seed(&standard_invocations(&run)).await;
     let body = serde_json::json!({"query": QUERY, "stop_reason": "INFORMATION_SATURATION"});
     let first = json(app.post_release(&run, &body).await).await;
-    assert_eq!(app.cancel(&run).await.status().as_u16(), 202);
+    assert_eq!(first["outcome"], "FALLBACK");
+    // Nothing to cancel: 200 (not the 202 of a cancel), saying what is stored.
+    let answer = app.cancel(&run).await;
+    assert_eq!(answer.status().as_u16(), 200);
+    let answer = json(answer).await;
+    assert_eq!(answer["run_id"], run);
+    assert_eq!(answer["cancelled"], false);
+    assert_eq!(answer["outcome"], "FALLBACK");
+    assert_eq!(answer["fallback_type"], "INSUFFICIENT_EVIDENCE");
+    assert!(answer["message"]
+        .as_str()
+        .unwrap()
+        .contains("already stored"));
+    assert!(
+        app.stored(&format!("run:{{{run}}}:cancelled"))
+            .await
+            .is_none(),
+        "no marker is set for a stored result"
+    );
     assert_eq!(json(app.post_release(&run, &body).await).await, first);
+    // A run cancelled earlier: its stored CANCELLED is reported as cancelled.
+    let run = unique_run("cancelled-twice");
+    assert_eq!(app.cancel(&run).await.status().as_u16(), 202);
+    let cancelled = json(app.post_release(&run, &body).await).await;
+    assert_eq!(cancelled["outcome"], "CANCELLED");
+    let again = app.cancel(&run).await;
+    assert_eq!(again.status().as_u16(), 200);
+    let again = json(again).await;
+    assert_eq!(again["cancelled"], true);
+    assert_eq!(again["outcome"], "CANCELLED");
+}
+
+#[actix_rt::test]
+async fn a_cancel_sent_before_the_release_counts_as_http() {
+    let app = spawn_app(AppOptions::default()).await;
+    let run = unique_run("http-first");
+    app.seed(&standard_invocations(&run)).await;
+    assert_eq!(app.cancel(&run).await.status().as_u16(), 202);
+    assert_eq!(
+        app.stored(&format!("run:{{{run}}}:cancelled"))
+            .await
+            .as_deref(),
+        Some("http"),
+        "the marker says who set it"
+    );
+    let result = json(app.post_release(&run, &release_body(good_draft())).await).await;
+    assert_eq!(result["outcome"], "CANCELLED");
+    let audit = json(app.get(&format!("/v1/runs/{run}/audit")).await).await;
+    assert_eq!(audit["cancelled_by"], "http");
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metric(&metrics, "harness_cancellations_total{source=\"http\"}") >= 1.0);
 }

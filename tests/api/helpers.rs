@@ -342,8 +342,34 @@ impl Replica {
     /// Starts `serve` on a free port against `redis` and `model` with key `prefix`, plus
     /// `env` (HARNESS__... overrides), and waits until it is ready.
     pub async fn start(prefix: &str, redis: &str, model: &str, env: &[(&str, &str)]) -> Replica {
+        Replica::start_with(prefix, redis, model, env, false).await
+    }
+
+    /// As [`Replica::start`], with stdout and stderr on pipes the test holds (`child.stderr`).
+    pub async fn start_piped(
+        prefix: &str,
+        redis: &str,
+        model: &str,
+        env: &[(&str, &str)],
+    ) -> Replica {
+        Replica::start_with(prefix, redis, model, env, true).await
+    }
+
+    async fn start_with(
+        prefix: &str,
+        redis: &str,
+        model: &str,
+        env: &[(&str, &str)],
+        piped: bool,
+    ) -> Replica {
         let port = free_port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_release-harness"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_release-harness"));
+        if piped {
+            command
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+        }
+        let child = command
             .arg("serve")
             .env("HARNESS__SERVER__LISTEN", format!("127.0.0.1:{port}"))
             .env("HARNESS__SERVER__API_TOKEN", TOKEN)

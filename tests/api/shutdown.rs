@@ -130,3 +130,95 @@ async fn the_binary_drains_and_exits_0_on_sigterm() {
         .unwrap();
     assert_eq!(status.code(), Some(0));
 }
+
+/// SIGTERM, then the exit status within `within` (None: still running; it is killed).
+async fn exit_after_sigterm(replica: Replica, within: Duration) -> Option<i32> {
+    let mut replica = replica;
+    signal(replica.child.id(), "-TERM");
+    let waited = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = replica.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None // `replica` is dropped here: killed.
+    });
+    waited.await.unwrap()
+}
+
+#[actix_rt::test]
+async fn the_binary_exits_on_sigterm_after_its_log_pipe_closed() {
+    let server = MockServer::start().await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
+    let prefix = unique_prefix("closed-pipe");
+    let env = [
+        ("RUST_LOG", "info"),
+        ("HARNESS__SERVER__SHUTDOWN_DRAIN_MS", "300"),
+    ];
+    let mut replica = Replica::start_piped(&prefix, &redis_url(), &server.uri(), &env).await;
+    // The log reader dies (`serve 2>&1 | head -3`, a crashed shipper).
+    drop(replica.child.stderr.take());
+    drop(replica.child.stdout.take());
+    let client = reqwest::Client::new();
+    let run = unique_run("closed-pipe");
+    TestApp::seeder(&prefix)
+        .seed(&standard_invocations(&run))
+        .await;
+    // Releases log on a closed pipe: they are answered all the same.
+    let answer = release_in_background(&client, &replica.base, &run)
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    // Without the fix the process never exits; 10 s is only the test's patience.
+    let code = exit_after_sigterm(replica, Duration::from_secs(10)).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "serve exits 0 on SIGTERM with its stderr gone"
+    );
+}
+
+#[actix_rt::test]
+async fn the_binary_answers_and_exits_on_sigterm_while_nobody_reads_its_logs() {
+    let server = MockServer::start().await;
+    on_semantic(
+        &server,
+        verdict("SUPPORTED", "Every claim matches the evidence."),
+    )
+    .await;
+    let prefix = unique_prefix("full-pipe");
+    // Trace level: a few requests write far more than a pipe holds (64 KiB on Linux), and
+    // nobody reads it, so every write to stderr would block.
+    let env = [
+        ("RUST_LOG", "trace"),
+        ("HARNESS__SERVER__SHUTDOWN_DRAIN_MS", "300"),
+    ];
+    let replica = Replica::start_piped(&prefix, &redis_url(), &server.uri(), &env).await;
+    let client = reqwest::Client::new();
+    let seeder = TestApp::seeder(&prefix);
+    for i in 0..20 {
+        let run = unique_run(&format!("full-pipe-{i}"));
+        seeder.seed(&standard_invocations(&run)).await;
+        // 30 s is only the test's patience: a blocked log write would hold it forever.
+        let answer = tokio::time::timeout(
+            Duration::from_secs(30),
+            release_in_background(&client, &replica.base, &run),
+        )
+        .await
+        .expect("the release is answered while nobody reads the logs")
+        .unwrap();
+        assert_eq!(answer.status().as_u16(), 200, "release {i} was answered");
+    }
+    let code = exit_after_sigterm(replica, Duration::from_secs(10)).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "serve exits 0 on SIGTERM with its stderr full"
+    );
+}

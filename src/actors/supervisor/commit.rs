@@ -115,7 +115,7 @@ impl RunSupervisor {
             let took = began.elapsed();
             let deferred = match &committed {
                 Ok((Committed::Decided, Appended::Deferred)) => Some(decided_entry),
-                Ok((Committed::Cancelled, Appended::Deferred)) => Some(cancelled_entry),
+                Ok((Committed::Cancelled(_), Appended::Deferred)) => Some(cancelled_entry),
                 _ => None,
             };
             (
@@ -159,9 +159,15 @@ impl RunSupervisor {
                             times: StepTimes::default(),
                         })
                     }
-                    Ok(Committed::Cancelled) => {
-                        tracing::info!(run_id = %actor.run_id, "cancel marker found at the commit; CANCELLED stored");
-                        let source = cancel.unwrap_or(CancelSource::Marker);
+                    Ok(Committed::Cancelled(marker)) => {
+                        // The cancel route's marker says `http`, however this release
+                        // noticed the cancel first (the marker, or pub/sub from the replica
+                        // that answered the route).
+                        let source = match marker {
+                            CancelSource::Http => CancelSource::Http,
+                            _ => cancel.unwrap_or(CancelSource::Marker),
+                        };
+                        tracing::info!(run_id = %actor.run_id, source = source.as_str(), "cancel marker found at the commit; CANCELLED stored");
                         telemetry::release_finished(cancelled.outcome, None, total, overhead);
                         telemetry::cancelled(source);
                         Ok(Released {

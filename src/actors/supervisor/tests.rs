@@ -165,7 +165,8 @@ async fn begin_finds_the_cancel_marker_and_commits_cancelled() {
         .unwrap()
         .unwrap();
     assert_eq!(answer.result.outcome, Outcome::Cancelled);
-    assert_eq!(audit(&store, "r-marked").await["cancelled_by"], "marker");
+    // `store.cancel` is the HTTP API's cancel: its marker says so.
+    assert_eq!(audit(&store, "r-marked").await["cancelled_by"], "http");
 }
 
 #[actix_rt::test]
@@ -255,7 +256,7 @@ async fn the_commit_stores_cancelled_when_the_marker_arrived_after_the_decision(
     assert_eq!(answer.result.outcome, Outcome::Cancelled);
     assert_eq!(store.get_result("r-late").await.unwrap(), Some(answer.json));
     let audit = audit(&store, "r-late").await;
-    assert_eq!(audit["cancelled_by"], "marker");
+    assert_eq!(audit["cancelled_by"], "http", "the HTTP API's marker");
     assert_eq!(
         audit["verdict"]["verdict"], "SUPPORTED",
         "the decision is audited"

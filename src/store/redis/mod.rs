@@ -23,8 +23,8 @@ use redis::{AsyncCommands, Client, RedisError, Script, Value};
 use self::answer::{read_begin, read_records, Begun, Items};
 pub use self::connection::RedisConnection;
 use self::scripts::{
-    forgot_script, invoke, Batch, BeginArgs, CommitArgs, RecordsArgs, RenewArgs, Scripts,
-    UnlockArgs,
+    forgot_script, invoke, Batch, BeginArgs, CancelArgs, CommitArgs, RecordsArgs, RenewArgs,
+    Scripts, UnlockArgs,
 };
 use super::{
     Appended, Begin, CallsList, Commit, Committed, Keys, LoadedRecords, Reading, RecordLimits,
@@ -63,7 +63,7 @@ pub struct RedisStore {
 pub(super) fn failed(op: &'static str) -> impl FnOnce(RedisError) -> StoreError {
     move |e| {
         telemetry::store_error(op);
-        tracing::warn!(op, error = %e, "redis operation failed");
+        super::outage::failed(op, &e);
         StoreError::unavailable(op, e.to_string())
     }
 }
@@ -73,7 +73,7 @@ pub(super) fn failed(op: &'static str) -> impl FnOnce(RedisError) -> StoreError 
 fn failed_write(op: &'static str) -> impl FnOnce(RedisError) -> StoreError {
     move |e| {
         telemetry::store_error(op);
-        tracing::warn!(op, error = %e, "redis write failed");
+        super::outage::failed(op, &e);
         if e.is_connection_refusal() {
             StoreError::unavailable(op, e.to_string())
         } else {
@@ -85,6 +85,7 @@ fn failed_write(op: &'static str) -> impl FnOnce(RedisError) -> StoreError {
 impl RedisStore {
     /// Builds the store without connecting: the first command connects.
     pub fn new(config: &RedisConfig) -> Result<RedisStore, StoreError> {
+        super::outage::set_target(config.target());
         let (conn, commit_conn) = RedisStore::open_connections(config)?;
         let pubsub_nodes = if config.cluster_nodes.is_empty() {
             vec![Client::open(config.url.as_str()).map_err(failed("connect"))?]
@@ -301,23 +302,34 @@ impl RedisStore {
         Ok(cancelled)
     }
 
-    /// The marker, then the publish: two commands, since on a cluster the channel and the
-    /// run's marker live in different slots (a cancel is rare; two round trips). The marker
-    /// is the truth: if only the publish fails, every replica still finds the marker within
-    /// one `cancel.poll_interval_ms`, so the cancel is accepted.
-    pub(super) async fn cancel(&self, run: &str) -> Result<(), StoreError> {
+    /// The cancel route: `cancel.lua` answers a stored result (then nothing is marked), or
+    /// sets the marker (value [`super::HTTP_CANCEL_MARKER`]) in the same atomic step; then
+    /// the publish: a second command, since on a cluster the channel and the run's keys live
+    /// in different slots (a cancel is rare; two round trips). The marker is the truth: if
+    /// only the publish fails, every replica still finds the marker within one
+    /// `cancel.poll_interval_ms`, so the cancel is accepted.
+    pub(super) async fn cancel(&self, run: &str) -> Result<super::CancelAnswer, StoreError> {
         let mut conn = self.conn.clone();
-        let _: () = conn
-            .set_ex(self.keys.cancelled(run), "1", self.result_ttl_seconds)
+        let args = CancelArgs {
+            release: self.keys.release(run),
+            cancelled: self.keys.cancelled(run),
+            marker: super::HTTP_CANCEL_MARKER,
+            ttl_seconds: self.result_ttl_seconds,
+        };
+        let script = &self.scripts.cancel;
+        let stored: Option<String> = invoke(script, &args.command(script), &mut conn)
             .await
             .map_err(failed_write("cancel"))?;
+        if let Some(stored) = stored {
+            return Ok(super::CancelAnswer::AlreadyStored(stored));
+        }
         let published: Result<i64, RedisError> =
             conn.publish(self.keys.cancel_channel(), run).await;
         if let Err(e) = published {
             telemetry::store_error("cancel");
             tracing::warn!(error = %e, "cancel marker set, publish failed: the poll will find it");
         }
-        Ok(())
+        Ok(super::CancelAnswer::Marked)
     }
 
     pub(super) async fn get_result(&self, run: &str) -> Result<Option<String>, StoreError> {
@@ -371,7 +383,9 @@ impl RedisStore {
         let stored = Some(stored).filter(|s| !s.is_empty());
         let committed = match (what.as_str(), stored) {
             ("decided", _) => Committed::Decided,
-            ("cancelled", _) => Committed::Cancelled,
+            ("cancelled", marker) => Committed::Cancelled(super::marker_source(
+                marker.as_deref().unwrap_or_default().as_bytes(),
+            )),
             ("stored", Some(stored)) => Committed::AlreadyStored(stored),
             ("lost", stored) => return Ok((Committed::LockLost { stored }, Appended::Done)),
             (other, _) => {
@@ -578,6 +592,7 @@ impl RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(failed("ping"))?;
+        super::outage::answered();
         Ok(())
     }
 

@@ -12,6 +12,7 @@ use crate::store::DecisionEntry;
 const UNLOCK: &str = include_str!("scripts/unlock.lua");
 const RENEW: &str = include_str!("scripts/renew.lua");
 const COMMIT: &str = include_str!("scripts/commit.lua");
+const CANCEL: &str = include_str!("scripts/cancel.lua");
 /// `record_reader.lua` opens both record-reading scripts: `put` and `read_record`.
 const BEGIN: &str = concat!(
     include_str!("scripts/record_reader.lua"),
@@ -29,6 +30,7 @@ pub(super) struct Scripts {
     pub begin: Script,
     pub commit: Script,
     pub records: Script,
+    pub cancel: Script,
 }
 
 impl Scripts {
@@ -38,6 +40,7 @@ impl Scripts {
             begin: Script::new(BEGIN),
             commit: Script::new(COMMIT),
             records: Script::new(RECORDS),
+            cancel: Script::new(CANCEL),
         }
     }
 }
@@ -219,6 +222,28 @@ impl CommitArgs<'_> {
     }
 }
 
+/// `cancel.lua`: a stored result, or the cancel marker set.
+pub(super) struct CancelArgs<'a> {
+    // KEYS
+    pub release: String,
+    pub cancelled: String,
+    // ARGV
+    pub marker: &'a str,
+    pub ttl_seconds: u64,
+}
+
+impl CancelArgs<'_> {
+    pub fn command(&self, script: &Script) -> Cmd {
+        let bytes = self.release.len() + self.cancelled.len() + self.marker.len() + 64;
+        let mut cmd = evalsha(script, 2, 4, bytes);
+        cmd.arg(&self.release)
+            .arg(&self.cancelled)
+            .arg(self.marker)
+            .arg(self.ttl_seconds);
+        cmd
+    }
+}
+
 /// `unlock.lua`: frees the lock if this token holds it.
 pub(super) struct UnlockArgs<'a> {
     // KEYS
@@ -370,5 +395,13 @@ mod tests {
         );
         assert!(COMMIT.contains("KEYS[5]") && COMMIT.contains("ARGV[8]"));
         assert!(COMMIT.contains("local FIRST_PAIR = 9"));
+        let cancel = CancelArgs {
+            release: "r".into(),
+            cancelled: "c".into(),
+            marker: "http",
+            ttl_seconds: 1,
+        };
+        assert_eq!(args(&cancel.command(&Scripts::new().cancel)), 3 + 2 + 2);
+        assert!(CANCEL.contains("ARGV[2]") && !CANCEL.contains("ARGV[3]"));
     }
 }

@@ -33,6 +33,8 @@ pub enum SoakError {
     UnknownScenario(String),
     #[error("cannot start the fake model: {0}")]
     FakeModel(std::io::Error),
+    #[error("cannot reach Redis at {target} (redis.url / redis.cluster_nodes): {detail}; the soak writes the agent's records there, so it did not start")]
+    RedisUnreachable { target: String, detail: String },
     #[error(transparent)]
     Start(#[from] StartError),
     #[error(transparent)]
@@ -148,6 +150,9 @@ pub(super) struct Shared {
     /// Part of every run id, so that two soaks against one harness never share a run.
     session: String,
     pub(super) redis: crate::store::RedisConnection,
+    /// The seeded records and calls lists expire with the results (`redis.result_ttl_seconds`),
+    /// so a soak leaves nothing behind for longer than its results.
+    pub(super) records_ttl_seconds: u64,
     started: Instant,
     sent: AtomicU64,
     answered: AtomicU64,
@@ -186,9 +191,10 @@ async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), SeedFail
         )
         .ignore();
     }
-    AgentRecords::from_json(&plan.invocations, run)
-        .map_err(SeedFailure::Records)?
-        .write_redis(&mut pipe, &Keys::new(&shared.prefix), CallsLists::Append);
+    let records = AgentRecords::from_json(&plan.invocations, run).map_err(SeedFailure::Records)?;
+    let keys = Keys::new(&shared.prefix);
+    records.write_redis(&mut pipe, &keys, CallsLists::Append);
+    records.expire_redis(&mut pipe, &keys, shared.records_ttl_seconds);
     let mut conn = shared.redis.clone();
     Ok(pipe.query_async::<()>(&mut conn).await?)
 }
@@ -426,6 +432,29 @@ async fn runs_in_flight(client: &reqwest::Client, base: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// A connection to the configured Redis that answered a PING, or why not, naming it.
+async fn reachable_redis(config: &Config) -> Result<crate::store::RedisConnection, SoakError> {
+    let unreachable = |detail: String| SoakError::RedisUnreachable {
+        target: config.redis_target(),
+        detail,
+    };
+    let mut conn = crate::store::RedisConnection::open(&config.redis)
+        .map_err(|e| unreachable(e.to_string()))?;
+    let within = Duration::from_millis(
+        config.redis.connection_timeout_ms + config.redis.response_timeout_ms,
+    );
+    let ping = redis::cmd("PING");
+    let answered = tokio::time::timeout(within, ping.query_async::<String>(&mut conn)).await;
+    match answered {
+        Ok(Ok(_)) => Ok(conn),
+        Ok(Err(e)) => Err(unreachable(e.to_string())),
+        Err(_) => Err(unreachable(format!(
+            "no answer within {} ms",
+            within.as_millis()
+        ))),
+    }
+}
+
 /// Runs the soak; returns the report (violations empty = every invariant held).
 pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError> {
     let only = match &args.only {
@@ -434,6 +463,9 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
             Some(Scenario::by_name(name).ok_or_else(|| SoakError::UnknownScenario(name.clone()))?)
         }
     };
+    // The records go to this Redis: without it every run would fail, one by one, for the
+    // whole duration. Say so now, naming it.
+    let redis = reachable_redis(&config).await?;
     let model = FakeModel::start(
         &args.model_listen,
         FakeModelOptions {
@@ -485,7 +517,6 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
             (vec![base], "soak-token".to_string(), prefix, Some(shutdown))
         }
     };
-    let redis = crate::store::RedisConnection::open(&config.redis)?;
     let mut client = reqwest::Client::builder()
         .timeout(Duration::from_secs(120))
         .pool_max_idle_per_host(64);
@@ -507,6 +538,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
         retry_for: Duration::from_secs(args.retry_for),
         token,
         prefix,
+        records_ttl_seconds: config.redis.result_ttl_seconds,
         session: format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp()),
         redis,
         started: Instant::now(),

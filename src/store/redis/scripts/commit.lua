@@ -8,7 +8,8 @@
 -- entry exactly once and a result already stored gets none. The append is a pcall: its
 -- failure is answered, never undoes the commit.
 -- Answers {what, stored result or "", appended}: what = decided | cancelled | stored | lost;
--- appended = ok | - (no entry asked, or nothing stored) | the append's error.
+-- for cancelled, the marker's value instead of the stored result (`http` when the cancel
+-- route set it); appended = ok | - (no entry asked, or nothing stored) | the append's error.
 -- Positions: scripts.rs, CommitArgs.
 local lock_key, release_key, audit_key, cancelled_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl = ARGV[1], ARGV[2]
@@ -28,9 +29,14 @@ if stored then
   return {"stored", stored, "-"}
 end
 local what, first = "decided", FIRST_PAIR
-if redis.call("EXISTS", cancelled_key) == 1 then
+local marker = redis.call("GET", cancelled_key)
+if marker then
   what, result, audit = "cancelled", cancelled_result, cancelled_audit
   first = FIRST_PAIR + 2 * pairs
+  if marker == "http" then
+    -- The cancel route set it: the record's last key says so (store::cancelled_by_http).
+    audit = string.gsub(audit, '"cancelled_by":[^,{}]*}$', '"cancelled_by":"http"}')
+  end
 end
 redis.call("SET", release_key, result, "EX", ttl)
 redis.call("SET", audit_key, audit, "EX", ttl)
@@ -46,4 +52,4 @@ if decisions_key and pairs > 0 then
     appended = "ok"
   end
 end
-return {what, "", appended}
+return {what, marker or "", appended}
