@@ -435,15 +435,25 @@ struct Record<'a> {
 }
 
 impl Record<'_> {
-    /// The record's JSON, with `view` (already written) as its last key.
+    /// The record's JSON with `view` (already written) before the end's keys:
+    /// `cancelled_by` stays the record's last key, which the commit may rewrite to `http`
+    /// (`store::cancelled_by_http`, `commit.lua`).
     fn to_json_with(&self, view: Option<&str>) -> String {
-        let mut json = json::to_string_sized(self, 1024).unwrap_or_else(|_| "{}".into());
-        if let Some(view) = view {
-            json.pop(); // the closing brace; the record always has keys
-            json.push_str(",\"view\":");
-            json.push_str(view);
-            json.push('}');
-        }
+        let Some(view) = view else {
+            return json::to_string_sized(self, 1024).unwrap_or_else(|_| "{}".into());
+        };
+        let (Ok(mut json), Ok(end)) = (
+            json::to_string_sized(self.audit, 1024 + view.len()),
+            json::to_string_sized(self.end, 128),
+        ) else {
+            return "{}".into();
+        };
+        // Both are objects with keys (`run_id`; `outcome`): `{…` + `,"view":…,` + `…}`.
+        json.pop();
+        json.push_str(",\"view\":");
+        json.push_str(view);
+        json.push(',');
+        json.push_str(&end[1..]);
         json
     }
 }
@@ -475,7 +485,7 @@ impl Audit {
         self.to_json_with_view(end, self.view.to_json().as_deref())
     }
 
-    /// The record, with the console's `view` (already written) as its last key, at most
+    /// The record, with the console's `view` (already written) before the end's keys, at most
     /// [`MAX_AUDIT_BYTES`] (the view takes at most [`MAX_VIEW_BYTES`] of them).
     fn to_json_with_view(&self, end: &AuditEnd, view: Option<&str>) -> String {
         let whole = Record { audit: self, end }.to_json_with(view);
@@ -661,6 +671,15 @@ mod tests {
         assert_eq!(view["evidence"], serde_json::Value::Null);
         assert_eq!(view["omitted"], serde_json::json!(["evidence"]));
         assert_eq!(record["outcome"], "SUCCESS");
+        // The end's keys stay last, `cancelled_by` the very last (the commit rewrites it).
+        let cancelled = audit.commit_json(&end).cancelled;
+        assert!(
+            cancelled.ends_with(",\"cancelled_by\":\"marker\"}"),
+            "{cancelled}"
+        );
+        let cancelled: serde_json::Value = serde_json::from_str(&cancelled).unwrap();
+        assert_eq!(cancelled["view"], record["view"]);
+        assert_eq!(cancelled["superseded"]["outcome"], "SUCCESS");
 
         let mut long = RunView::default();
         long.set_query(&"é".repeat(MAX_VIEW_QUERY_BYTES));

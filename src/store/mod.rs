@@ -658,9 +658,13 @@ mod tests {
 
     #[test]
     fn the_cancel_routes_marker_makes_the_cancelled_tail_say_http() {
-        use crate::domain::audit::{Audit, AuditEnd, CancelSource};
+        use crate::domain::audit::{Audit, AuditEnd, CancelSource, ViewPart};
         use crate::domain::release::{FallbackType, Outcome, StopReason};
-        let audit = Audit::new("r", StopReason::FinalAnswer);
+        let mut audit = Audit::new("r", StopReason::FinalAnswer);
+        // The console's view comes before the end's keys, whatever it holds.
+        audit.view.set_query("q");
+        let evidence = r#"[{"scope":{"cancelled_by":"x"}}]"#;
+        audit.view.put(ViewPart::Evidence, evidence.into());
         for first_noticed in [CancelSource::Marker, CancelSource::Pubsub] {
             let decided = AuditEnd::of(
                 Outcome::Fallback,
@@ -677,6 +681,10 @@ mod tests {
                 assert_eq!(rewritten["cancelled_by"], "http", "{record}");
                 assert_eq!(rewritten["outcome"], "CANCELLED");
                 assert_eq!(rewritten["run_id"], "r");
+                assert_eq!(
+                    rewritten["view"]["evidence"],
+                    serde_json::from_str::<serde_json::Value>(evidence).unwrap()
+                );
             }
         }
         assert_eq!(marker_source(b"http"), CancelSource::Http);
