@@ -33,7 +33,8 @@
 //! model/             the model adapter: prompts (request bytes), body (JSON writing),
 //!                    client (async-openai), capped (a model answer's body read
 //!                    bounded), gate (the replica's model queue, cooldown,
-//!                    circuit), envelope, verdict (strict answers)
+//!                    circuit), envelope, verdict (strict answers), exchange (one
+//!                    exchange read to its outcome: release path and probe-model)
 //! actors/            the per-run actor tree: admission (the replica's in-flight bound),
 //!                    registry (one per HTTP worker), shards,
 //!                    supervisor/ (the run's state machine: steps, commit), repair,

@@ -24,8 +24,9 @@ use crate::domain::audit::{
     millis, AttemptOutcome, BudgetUse, CancelSource, ModelAttempt, ModelRole,
 };
 use crate::domain::budget::{estimate_tokens, Cost};
-use crate::model::gate::{Refused, Sent};
-use crate::model::verdict::{check_usage, read_completion, usage, AnswerError};
+use crate::model::exchange::{self, Bounds};
+use crate::model::gate::Refused;
+use crate::model::verdict::AnswerError;
 use crate::model::{ModelClient, ModelGate, PreparedRequest};
 use crate::store::StoreError;
 
@@ -311,46 +312,22 @@ pub async fn attempt<T>(
     let timeout = limits
         .timeout
         .min(limits.deadline.saturating_duration_since(began));
-    let max_output_tokens = request.max_output_tokens;
-    let sending = ctx.client.send_capped(request, limits.max_output_bytes);
-    let sent = tokio::time::timeout(timeout, sending).await;
-    let latency = began.elapsed();
-    slot.finished(match &sent {
-        Err(_) => Sent::TimedOut,
-        Ok(Err(failure)) => failure.signal,
-        Ok(Ok(_)) => Sent::Answered,
-    });
-
-    let mut tokens = (None, None);
-    let mut response_bytes = 0;
-    let (outcome, detail, answer) = match sent {
-        Err(_) => (
-            AttemptOutcome::Timeout,
-            Some(format!("no answer within {} ms", timeout.as_millis())),
-            None,
-        ),
-        Ok(Err(failure)) => (failure.class, Some(failure.detail), None),
-        Ok(Ok(envelope)) => {
-            tokens = usage(&envelope);
-            let read = check_usage(tokens, request_bytes, max_output_tokens)
-                .inspect_err(|_| tokens = (None, None))
-                .and_then(|()| read_completion(&envelope, limits.max_output_bytes));
-            match read {
-                Err(e) => (e.class, Some(e.detail), None),
-                Ok(completion) => {
-                    response_bytes = completion.content.len() as u64;
-                    match parse(&completion.content) {
-                        Ok(value) => (AttemptOutcome::Ok, None, Some(value)),
-                        Err(e) => (e.class, Some(e.detail), None),
-                    }
-                }
-            }
-        }
+    let bounds = Bounds {
+        timeout,
+        request_bytes,
+        max_output_tokens: request.max_output_tokens,
+        max_output_bytes: limits.max_output_bytes,
     };
-    let actual = match tokens {
+    let sending = ctx.client.send_capped(request, limits.max_output_bytes);
+    let sent = tokio::time::timeout(timeout, sending).await.ok();
+    let latency = began.elapsed();
+    let exchange = exchange::read(sent, &bounds, parse);
+    slot.finished(exchange.signal);
+
+    let actual = match (exchange.prompt_tokens, exchange.completion_tokens) {
         (Some(p), Some(c)) => Some(Cost {
             tokens: p.saturating_add(c),
-            bytes: request_bytes + response_bytes,
+            bytes: request_bytes + exchange.response_bytes,
         }),
         _ => None,
     };
@@ -366,20 +343,20 @@ pub async fn attempt<T>(
         attempt: ModelAttempt {
             role: ctx.role,
             attempt: number,
-            outcome,
-            detail,
+            outcome: exchange.outcome,
+            detail: exchange.detail,
             latency_ms: millis(latency),
-            prompt_tokens: tokens.0,
-            completion_tokens: tokens.1,
+            prompt_tokens: exchange.prompt_tokens,
+            completion_tokens: exchange.completion_tokens,
             request_bytes,
-            response_bytes,
+            response_bytes: exchange.response_bytes,
             queued_ms: millis(queued),
         },
         budget,
     });
-    match answer {
+    match exchange.answer {
         Some(value) => AttemptResult::Answer(value),
-        None => AttemptResult::Failed(outcome),
+        None => AttemptResult::Failed(exchange.outcome),
     }
 }
 

@@ -263,18 +263,25 @@ pub fn new_nonce() -> String {
     nonce
 }
 
-/// The `response_format` member's JSON for `mode` (none for `StructuredOutput::None`).
-fn response_format(mode: StructuredOutput, name: &str, schema: Value) -> Option<String> {
-    let format = match mode {
-        StructuredOutput::JsonSchema => json!({
+/// The `response_format` member for `mode` (none for `StructuredOutput::None`): the one
+/// place its JSON is written, for the requests built here and `probe-model`'s canary.
+pub fn response_format_json(mode: StructuredOutput, name: &str, schema: Value) -> Option<Value> {
+    match mode {
+        StructuredOutput::JsonSchema => Some(json!({
             "type": "json_schema",
             "json_schema": {"name": name, "strict": true, "schema": schema}
-        }),
-        StructuredOutput::JsonObjectSchema => json!({"type": "json_object", "schema": schema}),
-        StructuredOutput::JsonObject => json!({"type": "json_object"}),
-        StructuredOutput::None => return None,
-    };
-    Some(format.to_string())
+        })),
+        StructuredOutput::JsonObjectSchema => {
+            Some(json!({"type": "json_object", "schema": schema}))
+        }
+        StructuredOutput::JsonObject => Some(json!({"type": "json_object"})),
+        StructuredOutput::None => None,
+    }
+}
+
+/// [`response_format_json`] as text, written into a request body.
+fn response_format(mode: StructuredOutput, name: &str, schema: Value) -> Option<String> {
+    response_format_json(mode, name, schema).map(|format| format.to_string())
 }
 
 /// The fixed parts of a request kind, written once per process.

@@ -73,8 +73,8 @@ pub fn check_usage(
 }
 
 /// At most [`crate::model::client::ERROR_EXCERPT_CHARS`] characters of a value the model
-/// chose, for a detail.
-fn excerpt(text: &str) -> String {
+/// chose (and `…` when cut), for a detail or a report.
+pub(super) fn excerpt(text: &str) -> String {
     let limit = super::client::ERROR_EXCERPT_CHARS;
     match text.char_indices().nth(limit) {
         Some((at, _)) => format!("{}…", &text[..at]),

@@ -20,18 +20,18 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::config::{Config, StructuredOutput};
-use crate::domain::audit::AttemptOutcome;
 use crate::domain::draft::{AnalysisKind, Draft, DraftParseError};
 use crate::domain::evidence_guard::{Rule, Violation};
 use crate::domain::invocation::{EvidenceStatus, ToolName};
 use crate::domain::snapshot::{
     AnalysisEvidence, EvidenceData, EvidenceItem, SnapshotLogEntry, VerifiedSnapshot,
 };
+use crate::model::exchange::{self, Bounds};
 use crate::model::prompts::{
-    new_nonce, repair_request, semantic_request, verdict_schema, PreparedRequest, PromptError,
-    RequestShape, UsableCallRef,
+    new_nonce, repair_request, response_format_json, semantic_request, verdict_schema,
+    PreparedRequest, PromptError, RequestShape, UsableCallRef,
 };
-use crate::model::verdict::{parse_repaired_draft, parse_verdict, read_completion, usage};
+use crate::model::verdict::{parse_repaired_draft, parse_verdict};
 use crate::model::ModelClient;
 
 /// How one probe request went.
@@ -53,7 +53,8 @@ pub struct ProbeCall {
     pub message_bytes: u64,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
-    /// The answer's content, cut to 300 characters.
+    /// The answer's content, cut to [`ERROR_EXCERPT_CHARS`](crate::model::client::ERROR_EXCERPT_CHARS)
+    /// characters (and `…`), whether or not it could be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
 }
@@ -139,20 +140,6 @@ fn canary_system(word: &str) -> String {
 const CANARY_USER: &str = "Give the JSON object now; its reason names your secret probe word \
      from your instructions: The probe word is ....";
 
-fn response_format(mode: StructuredOutput, name: &str, schema: Value) -> Option<Value> {
-    match mode {
-        StructuredOutput::JsonSchema => Some(json!({
-            "type": "json_schema",
-            "json_schema": {"name": name, "strict": true, "schema": schema}
-        })),
-        StructuredOutput::JsonObjectSchema => {
-            Some(json!({"type": "json_object", "schema": schema}))
-        }
-        StructuredOutput::JsonObject => Some(json!({"type": "json_object"})),
-        StructuredOutput::None => None,
-    }
-}
-
 fn canary_request(
     model: &str,
     mode: StructuredOutput,
@@ -170,7 +157,7 @@ fn canary_request(
         "max_tokens": 64,
     });
     if let (Some(format), Some(map)) = (
-        response_format(mode, "semantic_verdict", verdict_schema()),
+        response_format_json(mode, "semantic_verdict", verdict_schema()),
         body.as_object_mut(),
     ) {
         map.insert("response_format".into(), format);
@@ -228,7 +215,8 @@ fn message_bytes(request: &PreparedRequest) -> u64 {
         .unwrap_or(0)
 }
 
-/// Sends one request and reads it with `parse`; the answer's content is kept (bounded).
+/// Sends one request and reads it with `parse`, as a release would read the answer
+/// ([`exchange::read`]); the answer's content is kept (bounded).
 async fn call<T>(
     client: &ModelClient,
     name: &'static str,
@@ -238,59 +226,32 @@ async fn call<T>(
     (timeout, max_output_bytes): (Duration, u64),
     parse: impl Fn(&str) -> Result<T, crate::model::verdict::AnswerError>,
 ) -> (ProbeCall, Option<T>) {
-    let request_bytes = request.len_bytes();
+    let bounds = Bounds {
+        timeout,
+        request_bytes: request.len_bytes(),
+        max_output_tokens: request.max_output_tokens,
+        max_output_bytes,
+    };
     let began = Instant::now();
-    let sent = tokio::time::timeout(timeout, client.send_capped(request, max_output_bytes)).await;
+    let sent = tokio::time::timeout(timeout, client.send_capped(request, max_output_bytes))
+        .await
+        .ok();
     let latency_ms = began.elapsed().as_millis() as u64;
-    let mut probe = ProbeCall {
+    let exchange = exchange::read(sent, &bounds, parse);
+    let probe = ProbeCall {
         name,
         structured_output: mode.as_str(),
-        outcome: "ok",
-        detail: None,
+        outcome: exchange.outcome.as_str(),
+        detail: exchange.detail,
         latency_ms,
-        http_status: None,
-        request_bytes,
+        http_status: exchange.http_status,
+        request_bytes: bounds.request_bytes,
         message_bytes,
-        prompt_tokens: None,
-        completion_tokens: None,
-        answer: None,
+        prompt_tokens: exchange.prompt_tokens,
+        completion_tokens: exchange.completion_tokens,
+        answer: exchange.content_excerpt,
     };
-    let envelope = match sent {
-        Err(_) => {
-            probe.outcome = AttemptOutcome::Timeout.as_str();
-            probe.detail = Some(format!("no answer within {} ms", timeout.as_millis()));
-            return (probe, None);
-        }
-        Ok(Err(failure)) => {
-            probe.outcome = failure.class.as_str();
-            probe.detail = Some(failure.detail);
-            probe.http_status = failure.status;
-            return (probe, None);
-        }
-        Ok(Ok(envelope)) => envelope,
-    };
-    (probe.prompt_tokens, probe.completion_tokens) = usage(&envelope);
-    probe.answer = envelope.content().map(|c| {
-        c.chars()
-            .take(crate::model::client::ERROR_EXCERPT_CHARS)
-            .collect()
-    });
-    let completion = match read_completion(&envelope, max_output_bytes) {
-        Ok(c) => c,
-        Err(e) => {
-            probe.outcome = e.class.as_str();
-            probe.detail = Some(e.detail);
-            return (probe, None);
-        }
-    };
-    match parse(&completion.content) {
-        Ok(value) => (probe, Some(value)),
-        Err(e) => {
-            probe.outcome = e.class.as_str();
-            probe.detail = Some(e.detail);
-            (probe, None)
-        }
-    }
+    (probe, exchange.answer)
 }
 
 /// Runs the probe against the configured model. Never fails: every problem is a finding.
