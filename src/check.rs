@@ -48,6 +48,8 @@ pub enum BundleError {
     File(Box<crate::input_file::InputError>),
     #[error("the bundle is not valid: {0}")]
     Invalid(String),
+    #[error("the bundle is not valid: {0}")]
+    Records(#[from] crate::store::agent_records::RecordsError),
     #[error(transparent)]
     Request(#[from] RequestError),
 }
@@ -113,8 +115,11 @@ impl RunBundle {
     /// The bundle's records (each under the run it is stored under) and each run's calls
     /// list: its records in bundle order, unless `calls` names it.
     pub fn agent_records(&self) -> Result<AgentRecords, BundleError> {
-        AgentRecords::new(&self.invocations, &self.run_id, &self.calls)
-            .map_err(BundleError::Invalid)
+        Ok(AgentRecords::new(
+            &self.invocations,
+            &self.run_id,
+            &self.calls,
+        )?)
     }
 
     /// The API request body of this bundle (for replaying it against a service).

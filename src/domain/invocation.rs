@@ -505,19 +505,35 @@ pub fn resolve_call(
     })
 }
 
+/// Why an `agent_result` is not the strict projection of its tool: the `reason` in a
+/// [`Rule::ProjectionInvalid`] rejection's detail. serde's messages may quote a value (the
+/// audit may hold it); only their first line is kept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ProjectionError {
+    /// The field at fault, by its path (`hits[0].score`), and serde's message about it.
+    #[error("{path}: {message}")]
+    Field { path: String, message: String },
+    /// serde's message when no path narrows it (not JSON, or the whole value).
+    #[error("{0}")]
+    Whole(String),
+    #[error("a row's length differs from the number of columns")]
+    RowLength,
+}
+
 /// A strict parse; its error names the field at fault (`hits[0].score: invalid type: ...`).
 /// The path is found by parsing again, on the error path only: the release path parses
 /// with serde_json alone.
-fn strict<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+fn strict<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ProjectionError> {
     let first_line =
         |e: &dyn std::fmt::Display| e.to_string().lines().next().unwrap_or("").to_string();
     serde_json::from_str(text).map_err(|e| {
         let mut json = serde_json::Deserializer::from_str(text);
         match serde_path_to_error::deserialize::<_, T>(&mut json) {
-            Err(traced) if traced.path().to_string() != "." => {
-                format!("{}: {}", traced.path(), first_line(traced.inner()))
-            }
-            _ => first_line(&e),
+            Err(traced) if traced.path().to_string() != "." => ProjectionError::Field {
+                path: traced.path().to_string(),
+                message: first_line(traced.inner()),
+            },
+            _ => ProjectionError::Whole(first_line(&e)),
         }
     })
 }
@@ -529,7 +545,7 @@ fn unparsed_projection(
     call_id: &str,
     status: EvidenceStatus,
     agent_result: &str,
-    reason: &str,
+    reason: &ProjectionError,
 ) -> CallRejection {
     let header: ProjectionHeader = match serde_json::from_str(agent_result) {
         Ok(h) => h,
@@ -597,14 +613,14 @@ struct ProjectionHeader {
 
 /// Strict parse of an `agent_result` as the projection of `tool`. The error names the
 /// field at fault (serde's message, which may quote a value: the audit may hold it).
-fn parse_projection(tool: ToolName, text: &str) -> Result<Projection, String> {
+fn parse_projection(tool: ToolName, text: &str) -> Result<Projection, ProjectionError> {
     let projection = match tool {
         ToolName::RagSearch => Projection::Rag(strict::<RagProjection>(text)?),
         ToolName::LogSearch => Projection::Log(strict::<LogProjection>(text)?),
         ToolName::MysqlQuery => {
             let p: MysqlProjection = strict(text)?;
             if p.rows.iter().any(|row| row.len() != p.columns.len()) {
-                return Err("a row's length differs from the number of columns".into());
+                return Err(ProjectionError::RowLength);
             }
             Projection::Mysql(p)
         }
@@ -715,9 +731,9 @@ pub(crate) mod tests {
         let rejection = resolve_call("r", "c", Some(&rec)).unwrap_err();
         assert_eq!(rejection.rule, Rule::ProjectionInvalid);
         assert!(
-            rejection
-                .detail
-                .contains("rag_search projection: hits[0].score: invalid type"),
+            rejection.detail.starts_with(
+                "agent_result does not match the rag_search projection: hits[0].score: invalid type"
+            ),
             "{}",
             rejection.detail
         );
@@ -853,7 +869,13 @@ pub(crate) mod tests {
             v["row_count"] = json!(1);
             v["evidence_status"] = json!("NO_EVIDENCE");
         });
-        assert_eq!(rule_of("r", "c", &ragged), Rule::ProjectionInvalid);
+        let rejection = resolve_call("r", "c", Some(&ragged)).unwrap_err();
+        assert_eq!(rejection.rule, Rule::ProjectionInvalid);
+        assert_eq!(
+            rejection.detail,
+            "agent_result does not match the mysql_query projection: \
+             a row's length differs from the number of columns"
+        );
     }
 
     #[test]

@@ -80,6 +80,17 @@ pub enum CallsLists {
     Append,
 }
 
+/// Why invocations in bundle form make no records.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordsError {
+    /// Every record is stored under its call's id.
+    #[error("invocations[{0}] has no tool_call_id")]
+    NoToolCallId(usize),
+    /// A JSON invocation is not in bundle form (an unknown field, a value of the wrong type).
+    #[error("an invocation: {0}")]
+    NotAnInvocation(#[source] serde_json::Error),
+}
+
 /// Records and the calls list of each run they belong to.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentRecords {
@@ -95,13 +106,13 @@ impl AgentRecords {
         invocations: &[Invocation],
         default_run: &str,
         calls: &BTreeMap<String, Vec<String>>,
-    ) -> Result<AgentRecords, String> {
+    ) -> Result<AgentRecords, RecordsError> {
         let mut out = AgentRecords::default();
         for (i, inv) in invocations.iter().enumerate() {
             let call = inv
                 .tool_call_id
                 .clone()
-                .ok_or_else(|| format!("invocations[{i}] has no tool_call_id"))?;
+                .ok_or(RecordsError::NoToolCallId(i))?;
             let run = inv
                 .stored_under
                 .clone()
@@ -132,10 +143,13 @@ impl AgentRecords {
     }
 
     /// From invocations as JSON objects (the soak's and the tests' fixtures).
-    pub fn from_json(invocations: &[Value], default_run: &str) -> Result<AgentRecords, String> {
+    pub fn from_json(
+        invocations: &[Value],
+        default_run: &str,
+    ) -> Result<AgentRecords, RecordsError> {
         let parsed = invocations
             .iter()
-            .map(|v| Invocation::deserialize(v).map_err(|e| format!("an invocation: {e}")))
+            .map(|v| Invocation::deserialize(v).map_err(RecordsError::NotAnInvocation))
             .collect::<Result<Vec<_>, _>>()?;
         AgentRecords::new(&parsed, default_run, &BTreeMap::new())
     }
@@ -235,7 +249,15 @@ mod tests {
         assert_eq!(records.calls["r-9"], ["c-3"]);
         assert_eq!(records.records[0].fields.len(), 3);
         assert!(!records.records[1].fields.contains_key("stored_under"));
-        assert!(AgentRecords::from_json(&[json!({"run_id": "r"})], "r").is_err());
-        assert!(AgentRecords::from_json(&[json!({"tool_call_id": 7})], "r").is_err());
+        let error = |invocation| {
+            AgentRecords::from_json(&[invocation], "r")
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            error(json!({"run_id": "r"})),
+            "invocations[0] has no tool_call_id"
+        );
+        assert!(error(json!({"tool_call_id": 7})).starts_with("an invocation: invalid type"));
     }
 }

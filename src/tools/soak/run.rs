@@ -54,7 +54,7 @@ pub enum SoakError {
 #[derive(Debug, thiserror::Error)]
 enum SeedFailure {
     #[error("the scenario's records are invalid: {0}")]
-    Records(String),
+    Records(#[from] crate::store::agent_records::RecordsError),
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
 }
@@ -191,7 +191,7 @@ async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), SeedFail
         )
         .ignore();
     }
-    let records = AgentRecords::from_json(&plan.invocations, run).map_err(SeedFailure::Records)?;
+    let records = AgentRecords::from_json(&plan.invocations, run)?;
     let keys = Keys::new(&shared.prefix);
     records.write_redis(&mut pipe, &keys, CallsLists::Append);
     records.expire_redis(&mut pipe, &keys, shared.records_ttl_seconds);
