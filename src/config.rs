@@ -2,9 +2,12 @@
 //!
 //! Entry point: [`Config::load`]: the compiled-in `config/default.toml`, then the TOML file
 //! named in `HARNESS_CONFIG`, then `HARNESS__SECTION__KEY` environment variables. Nothing
-//! else in the crate reads the environment or a config file.
+//! else in the crate reads the environment or a config file. A value that must be positive
+//! has a `NonZero*` type: a zero fails as it is read, naming its key and where it was set;
+//! [`Config::validate`] checks the rules between keys.
 
 use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::time::Duration;
 
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -74,9 +77,9 @@ pub struct ServerConfig {
     /// Bearer token of every /v1 route; empty only on loopback.
     pub api_token: String,
     /// Largest request body (413 above).
-    pub max_body_bytes: usize,
+    pub max_body_bytes: NonZeroUsize,
     /// Time a client has to send its request head and body (408 after).
-    pub client_request_timeout_ms: u64,
+    pub client_request_timeout_ms: NonZeroU64,
     /// Drain time for in-flight releases on SIGTERM.
     pub shutdown_drain_ms: u64,
     /// HTTP workers; 0 = one per core.
@@ -91,12 +94,12 @@ pub struct ServerConfig {
     pub accept_h2c: bool,
     /// Releases admitted at once on this replica; beyond it a release is answered `503
     /// overloaded` at the door (a stored result is still replayed).
-    pub max_in_flight: usize,
+    pub max_in_flight: NonZeroUsize,
     /// The `Retry-After` (whole seconds, at least 1) of a `503 overloaded`.
-    pub overloaded_retry_after_s: u64,
+    pub overloaded_retry_after_s: NonZeroU64,
     /// Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS,
     /// announced); more are refused by the client's h2 stack or reset.
-    pub h2_max_concurrent_streams: u32,
+    pub h2_max_concurrent_streams: NonZeroU32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -125,14 +128,14 @@ pub struct RedisConfig {
     /// Prefix P of every key.
     pub key_prefix: String,
     /// Per-command response timeout.
-    pub response_timeout_ms: u64,
+    pub response_timeout_ms: NonZeroU64,
     /// (Re)connection timeout.
-    pub connection_timeout_ms: u64,
+    pub connection_timeout_ms: NonZeroU64,
     /// TTL of stored results, audit records and harness-set cancel markers.
-    pub result_ttl_seconds: u64,
+    pub result_ttl_seconds: NonZeroU64,
     /// Lease of the in-flight lock: renewed by its holder every third of it while the
     /// release runs; a dead replica's runs are free again within one lease.
-    pub lock_lease_ms: u64,
+    pub lock_lease_ms: NonZeroU64,
 }
 
 impl RedisConfig {
@@ -179,7 +182,7 @@ fn node_list<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<St
 pub struct CancelConfig {
     /// How often a replica checks the cancel markers of its runs in flight (one pipelined
     /// command per tick for all of them), so a cancel without a publish is still noticed.
-    pub poll_interval_ms: u64,
+    pub poll_interval_ms: NonZeroU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -228,7 +231,7 @@ pub struct ModelConfig {
     /// How `response_format` is set.
     pub structured_output: StructuredOutput,
     /// TCP connect timeout.
-    pub connect_timeout_ms: u64,
+    pub connect_timeout_ms: NonZeroU64,
     /// Whether `serve` probes the model at start-up (three small requests, logged; never
     /// delays readiness).
     pub probe_on_start: bool,
@@ -238,48 +241,48 @@ pub struct ModelConfig {
     pub http2_prior_knowledge: bool,
     /// Model requests open at once on this replica (judge and repair alike); the others
     /// wait for a slot in arrival order, spending their role's total deadline.
-    pub max_concurrent_calls: usize,
+    pub max_concurrent_calls: NonZeroUsize,
     /// Connection failures in a row (no HTTP answer) that open the circuit; 0 = no circuit.
     pub circuit_failures: u32,
     /// How long an open circuit fails attempts at once before one probe is let through.
-    pub circuit_open_ms: u64,
+    pub circuit_open_ms: NonZeroU64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SemanticGuardConfig {
     /// One attempt's timeout.
-    pub attempt_timeout_ms: u64,
+    pub attempt_timeout_ms: NonZeroU64,
     /// All attempts together.
-    pub total_timeout_ms: u64,
+    pub total_timeout_ms: NonZeroU64,
     /// Attempts in all (technical failures only are retried).
-    pub max_attempts: u32,
+    pub max_attempts: NonZeroU32,
     /// Largest request body sent.
     pub max_input_bytes: u64,
     /// Largest accepted verdict content.
     pub max_output_bytes: u64,
     /// `max_tokens` of the request.
-    pub max_output_tokens: u32,
+    pub max_output_tokens: NonZeroU32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepairConfig {
     /// The one repair call's timeout.
-    pub timeout_ms: u64,
+    pub timeout_ms: NonZeroU64,
     /// Largest request body sent.
     pub max_input_bytes: u64,
     /// Cap on the accepted repaired Draft's bytes (the limit derives from the Draft's size).
     pub max_output_bytes: u64,
     /// Cap on `max_tokens` of the request (which derives from the Draft's size).
-    pub max_output_tokens: u32,
+    pub max_output_tokens: NonZeroU32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetConfig {
     /// Model calls per run.
-    pub max_model_calls: u32,
+    pub max_model_calls: NonZeroU32,
     /// Tokens per run.
     pub max_tokens: u64,
     /// Bytes per run.
@@ -292,22 +295,22 @@ pub struct ProgressConfig {
     /// Observed facts shown at most.
     pub max_facts: usize,
     /// Most recent calls of a run read at most.
-    pub max_calls: usize,
+    pub max_calls: NonZeroUsize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotConfig {
     /// Longest excerpt, message or cell, in characters.
-    pub max_excerpt_chars: usize,
+    pub max_excerpt_chars: NonZeroUsize,
     /// Longest excerpt, message or cell, in bytes once JSON-escaped: the judge's view of the
     /// evidence, sized against `semantic_guard.max_input_bytes` (not
     /// `evidence.max_string_bytes`, the cap on strings copied into results).
-    pub max_excerpt_bytes: usize,
+    pub max_excerpt_bytes: NonZeroUsize,
     /// RAG hits and log entries per call.
-    pub max_entries_per_call: usize,
+    pub max_entries_per_call: NonZeroUsize,
     /// MySQL rows per call.
-    pub max_rows_per_call: usize,
+    pub max_rows_per_call: NonZeroUsize,
 }
 
 /// Limits on the agent's records (untrusted input) and on what the harness copies from them
@@ -316,27 +319,27 @@ pub struct SnapshotConfig {
 #[serde(deny_unknown_fields)]
 pub struct EvidenceConfig {
     /// Largest total of the guard's fields of one record, in bytes; larger = unusable call.
-    pub max_record_bytes: u64,
+    pub max_record_bytes: NonZeroU64,
     /// Largest total of record fields loaded for one release, in bytes (cited records first,
     /// then the most recent calls); records past it are unusable calls.
-    pub max_release_bytes: u64,
+    pub max_release_bytes: NonZeroU64,
     /// Longest string copied from a record into a result or the snapshot, in bytes once
     /// written as JSON; the run's call ids and Redis keys are masked first, then longer
     /// strings are cut at a char boundary and marked `…[truncated]`.
-    pub max_string_bytes: usize,
+    pub max_string_bytes: NonZeroUsize,
     /// Most entries kept of one array or object inside a scope (then a `…` entry with the
     /// count left out); scopes also keep at most four levels of nesting.
-    pub max_scope_items: usize,
+    pub max_scope_items: NonZeroUsize,
     /// Largest JSON size of `verified_sources`, and of `observed_facts`, in one result:
     /// sources past it fail the release closed (`sources_too_large`), facts past it are
     /// dropped oldest first.
-    pub max_written_bytes: usize,
+    pub max_written_bytes: NonZeroUsize,
     /// Distinct call ids one Draft may cite; a Draft citing more breaks EvidenceGuard
     /// (`too_many_cited_calls`) before any of its ids reaches Redis.
-    pub max_cited_calls: usize,
+    pub max_cited_calls: NonZeroUsize,
     /// Largest calls list a release reads, in bytes as Redis holds it (`MEMORY USAGE`); a
     /// larger list makes every call of the run unusable (`calls_too_large`).
-    pub max_calls_list_bytes: u64,
+    pub max_calls_list_bytes: NonZeroU64,
 }
 
 /// The decision stream `P:decisions` (CONTRACT §1): one entry per committed release.
@@ -345,7 +348,7 @@ pub struct EvidenceConfig {
 pub struct DecisionsConfig {
     /// About how many entries the stream keeps (`XADD … MAXLEN ~ max_len`); older ones are
     /// trimmed by Redis in whole macro nodes, so it may hold a few more.
-    pub max_len: u64,
+    pub max_len: NonZeroU64,
 }
 
 /// A configuration that cannot be used, with the key at fault.
@@ -504,7 +507,8 @@ impl Config {
         }
     }
 
-    /// Checks every cross-key rule once, so nothing later has to.
+    /// Checks every cross-key rule once, so nothing later has to (zeros where a value must
+    /// be positive are refused earlier, by the fields' `NonZero*` types).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key: &'static str, problem: &str| {
             Err(ConfigError::Invalid {
@@ -570,7 +574,7 @@ impl Config {
         }
         if self.redis.min_replicas_ack > 0
             && (self.redis.min_replicas_ack_timeout_ms == 0
-                || self.redis.min_replicas_ack_timeout_ms >= self.redis.response_timeout_ms)
+                || self.redis.min_replicas_ack_timeout_ms >= self.redis.response_timeout_ms.get())
         {
             return invalid(
                 "redis.min_replicas_ack_timeout_ms",
@@ -596,107 +600,15 @@ impl Config {
             return invalid("model.api_key", "must be printable ASCII without spaces");
         }
         let sg = &self.semantic_guard;
-        let must_be_positive: [(&'static str, u64); 33] = [
-            ("decisions.max_len", self.decisions.max_len),
-            ("evidence.max_record_bytes", self.evidence.max_record_bytes),
-            (
-                "evidence.max_release_bytes",
-                self.evidence.max_release_bytes,
-            ),
-            (
-                "evidence.max_string_bytes",
-                self.evidence.max_string_bytes as u64,
-            ),
-            (
-                "evidence.max_scope_items",
-                self.evidence.max_scope_items as u64,
-            ),
-            (
-                "evidence.max_written_bytes",
-                self.evidence.max_written_bytes as u64,
-            ),
-            (
-                "evidence.max_cited_calls",
-                self.evidence.max_cited_calls as u64,
-            ),
-            (
-                "evidence.max_calls_list_bytes",
-                self.evidence.max_calls_list_bytes,
-            ),
-            ("redis.lock_lease_ms", self.redis.lock_lease_ms),
-            ("cancel.poll_interval_ms", self.cancel.poll_interval_ms),
-            ("server.max_body_bytes", self.server.max_body_bytes as u64),
-            (
-                "server.client_request_timeout_ms",
-                self.server.client_request_timeout_ms,
-            ),
-            (
-                "server.h2_max_concurrent_streams",
-                u64::from(self.server.h2_max_concurrent_streams),
-            ),
-            ("redis.response_timeout_ms", self.redis.response_timeout_ms),
-            (
-                "redis.connection_timeout_ms",
-                self.redis.connection_timeout_ms,
-            ),
-            ("redis.result_ttl_seconds", self.redis.result_ttl_seconds),
-            ("model.connect_timeout_ms", self.model.connect_timeout_ms),
-            ("semantic_guard.max_attempts", u64::from(sg.max_attempts)),
-            ("server.max_in_flight", self.server.max_in_flight as u64),
-            (
-                "server.overloaded_retry_after_s",
-                self.server.overloaded_retry_after_s,
-            ),
-            (
-                "model.max_concurrent_calls",
-                self.model.max_concurrent_calls as u64,
-            ),
-            ("model.circuit_open_ms", self.model.circuit_open_ms),
-            ("semantic_guard.attempt_timeout_ms", sg.attempt_timeout_ms),
-            ("semantic_guard.total_timeout_ms", sg.total_timeout_ms),
-            (
-                "semantic_guard.max_output_tokens",
-                u64::from(sg.max_output_tokens),
-            ),
-            ("repair.timeout_ms", self.repair.timeout_ms),
-            (
-                "repair.max_output_tokens",
-                u64::from(self.repair.max_output_tokens),
-            ),
-            ("progress.max_calls", self.progress.max_calls as u64),
-            (
-                "snapshot.max_excerpt_chars",
-                self.snapshot.max_excerpt_chars as u64,
-            ),
-            (
-                "snapshot.max_excerpt_bytes",
-                self.snapshot.max_excerpt_bytes as u64,
-            ),
-            (
-                "snapshot.max_entries_per_call",
-                self.snapshot.max_entries_per_call as u64,
-            ),
-            (
-                "snapshot.max_rows_per_call",
-                self.snapshot.max_rows_per_call as u64,
-            ),
-            (
-                "budget.max_model_calls",
-                u64::from(self.budget.max_model_calls),
-            ),
-        ];
-        if let Some((key, _)) = must_be_positive.iter().find(|(_, v)| *v == 0) {
-            return invalid(key, "must be positive");
-        }
         // An excerpt the judge's whole input could not hold would fail every release that
         // cites it; one call's excerpts may still exceed it (that release fails closed).
-        if self.snapshot.max_excerpt_bytes as u64 > sg.max_input_bytes {
+        if self.snapshot.max_excerpt_bytes.get() as u64 > sg.max_input_bytes {
             return invalid(
                 "snapshot.max_excerpt_bytes",
                 "must be at most semantic_guard.max_input_bytes (the judge's whole input)",
             );
         }
-        if self.redis.lock_lease_ms < 3 * self.cancel.poll_interval_ms.max(100) {
+        if self.redis.lock_lease_ms.get() < 3 * self.cancel.poll_interval_ms.get().max(100) {
             return invalid(
                 "redis.lock_lease_ms",
                 "must be at least three poll intervals (cancel.poll_interval_ms) and 300 ms: the lease is renewed on the poll tick",
@@ -721,25 +633,25 @@ impl Config {
     pub fn release_policy(&self) -> ReleasePolicy {
         ReleasePolicy {
             snapshot: SnapshotLimits {
-                max_excerpt_chars: self.snapshot.max_excerpt_chars,
-                max_excerpt_bytes: self.snapshot.max_excerpt_bytes,
-                max_entries_per_call: self.snapshot.max_entries_per_call,
-                max_rows_per_call: self.snapshot.max_rows_per_call,
+                max_excerpt_chars: self.snapshot.max_excerpt_chars.get(),
+                max_excerpt_bytes: self.snapshot.max_excerpt_bytes.get(),
+                max_entries_per_call: self.snapshot.max_entries_per_call.get(),
+                max_rows_per_call: self.snapshot.max_rows_per_call.get(),
             },
             max_facts: self.progress.max_facts,
             copy: CopyLimits {
-                max_string_bytes: self.evidence.max_string_bytes,
-                max_scope_items: self.evidence.max_scope_items,
-                max_written_bytes: self.evidence.max_written_bytes,
+                max_string_bytes: self.evidence.max_string_bytes.get(),
+                max_scope_items: self.evidence.max_scope_items.get(),
+                max_written_bytes: self.evidence.max_written_bytes.get(),
             },
             key_prefix: self.redis.key_prefix.clone(),
-            max_cited_calls: self.evidence.max_cited_calls,
+            max_cited_calls: self.evidence.max_cited_calls.get(),
         }
     }
 
     pub fn budget_limits(&self) -> BudgetLimits {
         BudgetLimits {
-            max_model_calls: self.budget.max_model_calls,
+            max_model_calls: self.budget.max_model_calls.get(),
             max_tokens: self.budget.max_tokens,
             max_bytes: self.budget.max_bytes,
         }
@@ -747,7 +659,7 @@ impl Config {
 
     /// The in-flight lock's lease; its holder renews it every third of it.
     pub fn lock_lease(&self) -> Duration {
-        Duration::from_millis(self.redis.lock_lease_ms)
+        Duration::from_millis(self.redis.lock_lease_ms.get())
     }
 
     /// How often the holder renews its leases: a third of the lease, so two renewals can
@@ -757,7 +669,7 @@ impl Config {
     }
 
     pub fn cancel_poll_interval(&self) -> Duration {
-        Duration::from_millis(self.cancel.poll_interval_ms)
+        Duration::from_millis(self.cancel.poll_interval_ms.get())
     }
 }
 
@@ -801,14 +713,14 @@ mod tests {
     #[test]
     fn defaults_match_the_contract() {
         let c = Config::defaults();
-        assert_eq!(c.semantic_guard.attempt_timeout_ms, 20000);
-        assert_eq!(c.semantic_guard.total_timeout_ms, 45000);
-        assert_eq!(c.semantic_guard.max_attempts, 2);
+        assert_eq!(c.semantic_guard.attempt_timeout_ms.get(), 20000);
+        assert_eq!(c.semantic_guard.total_timeout_ms.get(), 45000);
+        assert_eq!(c.semantic_guard.max_attempts.get(), 2);
         assert_eq!(c.semantic_guard.max_input_bytes, 65536);
         assert_eq!(c.semantic_guard.max_output_bytes, 4096);
-        assert_eq!(c.semantic_guard.max_output_tokens, 512);
-        assert_eq!(c.repair.timeout_ms, 20000);
-        assert_eq!(c.budget.max_model_calls, 3);
+        assert_eq!(c.semantic_guard.max_output_tokens.get(), 512);
+        assert_eq!(c.repair.timeout_ms.get(), 20000);
+        assert_eq!(c.budget.max_model_calls.get(), 3);
         assert_eq!(c.budget.max_tokens, 32000);
         assert_eq!(c.budget.max_bytes, 262144);
         assert_eq!(c.progress.max_facts, 20);
@@ -822,7 +734,7 @@ mod tests {
         let mut c = Config::defaults();
         assert_eq!(c.release_policy(), ReleasePolicy::defaults());
         c.redis.key_prefix = "svc".into();
-        c.evidence.max_string_bytes = 64;
+        c.evidence.max_string_bytes = NonZeroUsize::new(64).unwrap();
         let policy = c.release_policy();
         assert_eq!(policy.key_prefix, "svc");
         assert_eq!(policy.copy.max_string_bytes, 64);
@@ -842,8 +754,8 @@ mod tests {
             jail.set_env("HARNESS__SERVER__API_TOKEN", "012345");
             jail.set_env("HARNESS__MODEL__STRUCTURED_OUTPUT", "json_object");
             let c = Config::load().map_err(|e| e.to_string())?;
-            assert_eq!(c.semantic_guard.attempt_timeout_ms, 700);
-            assert_eq!(c.semantic_guard.total_timeout_ms, 900);
+            assert_eq!(c.semantic_guard.attempt_timeout_ms.get(), 700);
+            assert_eq!(c.semantic_guard.total_timeout_ms.get(), 900);
             assert_eq!(
                 c.server.api_token, "012345",
                 "a numeric token stays the same string"
@@ -881,7 +793,8 @@ mod tests {
             Jail::expect_with(|jail| {
                 jail.set_env(var, "0");
                 let err = Config::load().unwrap_err().to_string();
-                assert!(err.contains(key), "{err}");
+                // The key, and where the zero was set.
+                assert!(err.contains(key) && err.contains(var), "{err}");
                 Ok(())
             });
         }
@@ -1121,8 +1034,8 @@ mod tests {
     #[test]
     fn the_lease_is_renewed_well_within_itself_and_polled_more_often() {
         let c = Config::defaults();
-        assert_eq!(c.redis.lock_lease_ms, 5000);
-        assert_eq!(c.cancel.poll_interval_ms, 250);
+        assert_eq!(c.redis.lock_lease_ms.get(), 5000);
+        assert_eq!(c.cancel.poll_interval_ms.get(), 250);
         assert!(c.lock_renew_every() * 3 <= c.lock_lease());
         assert!(c.cancel_poll_interval() < c.lock_renew_every());
         Jail::expect_with(|jail| {

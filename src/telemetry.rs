@@ -249,7 +249,7 @@ fn latency_buckets(config: &Config) -> Vec<f64> {
         config.semantic_guard.total_timeout_ms,
         config.repair.timeout_ms,
     ] {
-        buckets.push(ms as f64 / 1000.0);
+        buckets.push(ms.get() as f64 / 1000.0);
     }
     buckets.sort_by(f64::total_cmp);
     buckets.dedup();
@@ -286,9 +286,9 @@ pub fn install_metrics(config: &Config) -> Result<PrometheusHandle, BuildError> 
     let handle = builder.install_recorder()?;
     *installed = Some(handle.clone());
     describe_metrics();
-    gauge!(ADMISSION_LIMIT).set(config.server.max_in_flight as f64);
+    gauge!(ADMISSION_LIMIT).set(config.server.max_in_flight.get() as f64);
     gauge!(SEMANTIC_TOTAL_TIMEOUT_SECONDS)
-        .set(config.semantic_guard.total_timeout_ms as f64 / 1000.0);
+        .set(config.semantic_guard.total_timeout_ms.get() as f64 / 1000.0);
     let _ = RELEASE_METRICS.set(ReleaseMetrics::register());
     Ok(handle)
 }
@@ -593,6 +593,7 @@ pub fn http_request(route: &'static str, status: u16) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::num::NonZeroU64;
 
     #[test]
     fn each_release_label_set_has_its_own_cached_counter() {
@@ -611,7 +612,7 @@ mod tests {
     #[test]
     fn latency_buckets_include_the_configured_timeouts() {
         let mut config = Config::defaults();
-        config.semantic_guard.attempt_timeout_ms = 1234;
+        config.semantic_guard.attempt_timeout_ms = NonZeroU64::new(1234).unwrap();
         let buckets = latency_buckets(&config);
         assert!(buckets.contains(&1.234));
         assert!(buckets.contains(&45.0) && buckets.contains(&20.0));

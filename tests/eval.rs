@@ -352,7 +352,7 @@ mod aggrefact {
         let mut config = config(Some(&model.url));
         // 7.6 kB of document: two excerpts, over a 6 kB judge input.
         config.semantic_guard.max_input_bytes = 6_000;
-        config.snapshot.max_excerpt_bytes = 4_096;
+        config.snapshot.max_excerpt_bytes = std::num::NonZero::new(4_096).unwrap();
         let report = judge(config, &file).await;
         model.stop().await;
         let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;

@@ -43,8 +43,8 @@ fn semantic_bodies(requests: &[wiremock::Request]) -> Vec<String> {
 /// about what is copied out of a record, not about whether it is read.
 fn roomy_config(server: &MockServer) -> release_harness::config::Config {
     let mut c = config(Some(&server.uri()));
-    c.evidence.max_record_bytes = 4 * 1024 * 1024;
-    c.evidence.max_release_bytes = 16 * 1024 * 1024;
+    c.evidence.max_record_bytes = std::num::NonZero::new(4 * 1024 * 1024).unwrap();
+    c.evidence.max_release_bytes = std::num::NonZero::new(16 * 1024 * 1024).unwrap();
     c
 }
 

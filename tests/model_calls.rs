@@ -81,9 +81,9 @@ async fn a_hanging_model_is_cut_at_the_attempt_timeout() {
     tokio::time::pause();
     let hanging = HangingModel::start();
     let mut cfg = config(Some(&hanging.url));
-    cfg.model.connect_timeout_ms = 3_600_000;
-    cfg.semantic_guard.attempt_timeout_ms = 20_000;
-    cfg.semantic_guard.total_timeout_ms = 45_000;
+    cfg.model.connect_timeout_ms = std::num::NonZero::new(3_600_000).unwrap();
+    cfg.semantic_guard.attempt_timeout_ms = std::num::NonZero::new(20_000).unwrap();
+    cfg.semantic_guard.total_timeout_ms = std::num::NonZero::new(45_000).unwrap();
     let run = unique_run("hang-attempt");
     let started = tokio::time::Instant::now();
     let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
@@ -103,9 +103,9 @@ async fn a_hanging_model_is_cut_at_the_total_timeout() {
     tokio::time::pause();
     let hanging = HangingModel::start();
     let mut cfg = config(Some(&hanging.url));
-    cfg.model.connect_timeout_ms = 3_600_000;
-    cfg.semantic_guard.attempt_timeout_ms = 30_000;
-    cfg.semantic_guard.total_timeout_ms = 45_000;
+    cfg.model.connect_timeout_ms = std::num::NonZero::new(3_600_000).unwrap();
+    cfg.semantic_guard.attempt_timeout_ms = std::num::NonZero::new(30_000).unwrap();
+    cfg.semantic_guard.total_timeout_ms = std::num::NonZero::new(45_000).unwrap();
     let run = unique_run("hang-total");
     let started = tokio::time::Instant::now();
     let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
@@ -138,8 +138,8 @@ async fn a_hanging_repair_is_cut_at_the_repair_timeout() {
     tokio::time::pause();
     let hanging = HangingModel::start();
     let mut cfg = config(Some(&hanging.url));
-    cfg.model.connect_timeout_ms = 3_600_000;
-    cfg.repair.timeout_ms = 20_000;
+    cfg.model.connect_timeout_ms = std::num::NonZero::new(3_600_000).unwrap();
+    cfg.repair.timeout_ms = std::num::NonZero::new(20_000).unwrap();
     let run = unique_run("hang-repair");
     let started = tokio::time::Instant::now();
     let out = release(cfg, &bundle(&run, typo_draft(), standard_invocations(&run))).await;
@@ -354,7 +354,7 @@ async fn the_run_call_budget_denies_the_judge_after_a_repair() {
     )
     .await;
     let mut cfg = config(Some(&server.uri()));
-    cfg.budget.max_model_calls = 1;
+    cfg.budget.max_model_calls = std::num::NonZero::new(1).unwrap();
     let run = unique_run("budget-calls");
     let out = release(cfg, &bundle(&run, typo_draft(), standard_invocations(&run))).await;
     assert_eq!(
@@ -503,7 +503,7 @@ async fn rate_limits_and_server_errors_are_not_retried_by_the_client() {
     let server = MockServer::start().await;
     on_semantic(&server, ResponseTemplate::new(429).set_body_json(json!({"error": {"message": "slow down", "type": "rate_limit_error", "param": null, "code": null}}))).await;
     let mut cfg = config(Some(&server.uri()));
-    cfg.semantic_guard.max_attempts = 1;
+    cfg.semantic_guard.max_attempts = std::num::NonZero::new(1).unwrap();
     let run = unique_run("no-client-retry");
     let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
     assert_eq!(
@@ -801,9 +801,9 @@ async fn endless_answer() -> (String, tokio::sync::oneshot::Receiver<usize>) {
 async fn an_answer_that_never_ends_is_cut_at_its_cap_as_a_parse_failure() {
     let (url, written) = endless_answer().await;
     let mut cfg = config(Some(&url));
-    cfg.semantic_guard.max_attempts = 1;
-    cfg.semantic_guard.attempt_timeout_ms = 20_000;
-    cfg.semantic_guard.total_timeout_ms = 20_000;
+    cfg.semantic_guard.max_attempts = std::num::NonZero::new(1).unwrap();
+    cfg.semantic_guard.attempt_timeout_ms = std::num::NonZero::new(20_000).unwrap();
+    cfg.semantic_guard.total_timeout_ms = std::num::NonZero::new(20_000).unwrap();
     let run = unique_run("endless");
     let began = std::time::Instant::now();
     let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;

@@ -729,7 +729,7 @@ async fn scenario_technical_failure_then_success() {
         )
         .await;
         let mut cfg = config(Some(&server.uri()));
-        cfg.semantic_guard.attempt_timeout_ms = 500;
+        cfg.semantic_guard.attempt_timeout_ms = std::num::NonZero::new(500).unwrap();
         let out = release(cfg, &bundle(&run, good_draft(), standard_invocations(&run))).await;
         let attempts = out.audit["model_attempts"].as_array().unwrap();
         assert_eq!(attempts.len(), 2, "exactly two attempts are recorded");

@@ -26,7 +26,7 @@ fn config(prefix: &str) -> Config {
     let mut c = Config::defaults();
     c.redis.url = redis_url();
     c.redis.key_prefix = prefix.to_string();
-    c.redis.result_ttl_seconds = 120;
+    c.redis.result_ttl_seconds = std::num::NonZero::new(120).unwrap();
     c
 }
 

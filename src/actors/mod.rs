@@ -109,10 +109,10 @@ impl Harness {
         Ok(Harness {
             replica: replica_name(&config).into(),
             gate: ModelGate::new(
-                config.model.max_concurrent_calls,
+                config.model.max_concurrent_calls.get(),
                 crate::model::gate::BreakerSettings::of(&config.model),
             ),
-            admission: Admission::new(config.server.max_in_flight),
+            admission: Admission::new(config.server.max_in_flight.get()),
             config: Arc::new(config),
             store,
             model,
@@ -142,9 +142,9 @@ impl Harness {
 /// the store, here, where both meet.
 pub fn record_limits(config: &Config) -> RecordLimits {
     RecordLimits {
-        max_record_bytes: config.evidence.max_record_bytes,
-        max_release_bytes: config.evidence.max_release_bytes,
-        max_calls_list_bytes: config.evidence.max_calls_list_bytes,
+        max_record_bytes: config.evidence.max_record_bytes.get(),
+        max_release_bytes: config.evidence.max_release_bytes.get(),
+        max_calls_list_bytes: config.evidence.max_calls_list_bytes.get(),
     }
 }
 

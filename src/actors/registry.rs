@@ -251,7 +251,7 @@ impl Handler<StartRelease> for RunRegistry {
         let Some(admitted) = self.harness.admission.try_admit() else {
             return Starting::Answer(Err(ReleaseError::Overloaded {
                 retry_after: Duration::from_secs(
-                    self.harness.config.server.overloaded_retry_after_s,
+                    self.harness.config.server.overloaded_retry_after_s.get(),
                 ),
             }));
         };

@@ -63,7 +63,7 @@ async fn repair(
     let draft_bytes = serde_json::to_vec(&msg.draft).map_or(0, |v| v.len() as u64);
     let bounds = repair_output_limits(
         draft_bytes,
-        settings.max_output_tokens,
+        settings.max_output_tokens.get(),
         settings.max_output_bytes,
     );
     let shape = RequestShape {
@@ -84,7 +84,7 @@ async fn repair(
         }
     };
     // The one repair call's timeout is also its deadline: a wait for a model slot spends it.
-    let timeout = Duration::from_millis(settings.timeout_ms);
+    let timeout = Duration::from_millis(settings.timeout_ms.get());
     let limits = AttemptLimits {
         max_input_bytes: settings.max_input_bytes,
         max_output_bytes: bounds.max_bytes,

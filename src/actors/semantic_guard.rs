@@ -60,15 +60,15 @@ async fn judge(job: Rc<ModelJob<SemanticGuardConfig>>, msg: Judge) -> StepOutcom
     let shape = RequestShape {
         model: model_name,
         structured_output: *structured_output,
-        max_output_tokens: settings.max_output_tokens,
+        max_output_tokens: settings.max_output_tokens.get(),
     };
     // Every attempt sends the same bytes: one nonce, and the writers are deterministic. A
     // sent request's bytes are let go as they leave (a release waiting on the model holds
     // none of them), so each attempt writes them.
     let nonce = new_nonce();
-    let deadline = Instant::now() + Duration::from_millis(settings.total_timeout_ms);
-    let attempt_timeout = Duration::from_millis(settings.attempt_timeout_ms);
-    for number in 1..=settings.max_attempts {
+    let deadline = Instant::now() + Duration::from_millis(settings.total_timeout_ms.get());
+    let attempt_timeout = Duration::from_millis(settings.attempt_timeout_ms.get());
+    for number in 1..=settings.max_attempts.get() {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             break;

@@ -252,8 +252,8 @@ impl Application {
             // HTTP/2 without TLS (h2c, prior knowledge) beside HTTP/1.1, through the bounded
             // front door: a client that multiplexes its releases holds one connection.
             let limits = front_door::Limits {
-                first_bytes: Duration::from_millis(config.server.client_request_timeout_ms),
-                max_concurrent_streams: config.server.h2_max_concurrent_streams,
+                first_bytes: Duration::from_millis(config.server.client_request_timeout_ms.get()),
+                max_concurrent_streams: config.server.h2_max_concurrent_streams.get(),
             };
             let local = tcp.local_addr().map_err(bind_error)?;
             let mut builder = actix_server::Server::build()
@@ -288,7 +288,7 @@ impl Application {
                 .listen(tcp)
                 .map_err(bind_error)?
                 .client_request_timeout(Duration::from_millis(
-                    config.server.client_request_timeout_ms,
+                    config.server.client_request_timeout_ms.get(),
                 ))
                 .shutdown_timeout(shutdown_timeout)
                 .disable_signals();

@@ -130,8 +130,8 @@ pub async fn release(
         let body = read_body(
             &request,
             payload,
-            state.config.server.max_body_bytes,
-            Duration::from_millis(state.config.server.client_request_timeout_ms),
+            state.config.server.max_body_bytes.get(),
+            Duration::from_millis(state.config.server.client_request_timeout_ms.get()),
         )
         .await?;
         parse_release(&run_id, &body)?
@@ -174,7 +174,7 @@ async fn replay_or_shed(state: &AppState, run_id: &str) -> Result<HttpResponse, 
     }
     telemetry::shed("overloaded");
     Err(ApiError::Overloaded {
-        retry_after_secs: state.config.server.overloaded_retry_after_s.max(1),
+        retry_after_secs: state.config.server.overloaded_retry_after_s.get(),
     })
 }
 

@@ -70,7 +70,7 @@ impl ModelClient {
         // (it would send the evidence again, wherever `Location` points) and reqwest's own
         // retries are off (the SemanticGuard's attempts are the only ones).
         let mut http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
+            .connect_timeout(Duration::from_millis(config.connect_timeout_ms.get()))
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(IDLE_CONNECTIONS)
             .redirect(reqwest::redirect::Policy::none())

@@ -40,7 +40,7 @@ impl BreakerSettings {
     pub fn of(model: &crate::config::ModelConfig) -> BreakerSettings {
         BreakerSettings {
             failures: model.circuit_failures,
-            open_for: Duration::from_millis(model.circuit_open_ms),
+            open_for: Duration::from_millis(model.circuit_open_ms.get()),
         }
     }
 }

@@ -279,7 +279,7 @@ pub async fn probe(config: &Config) -> ProbeReport {
             return report;
         }
     };
-    let judge_timeout = Duration::from_millis(config.semantic_guard.attempt_timeout_ms);
+    let judge_timeout = Duration::from_millis(config.semantic_guard.attempt_timeout_ms.get());
     let word = format!("{CANARY_PREFIX}{:08X}", rand::random::<u32>());
     let mut findings = Vec::new();
 
@@ -360,7 +360,7 @@ pub async fn probe(config: &Config) -> ProbeReport {
     let shape = RequestShape {
         model: &config.model.name,
         structured_output: mode,
-        max_output_tokens: config.semantic_guard.max_output_tokens,
+        max_output_tokens: config.semantic_guard.max_output_tokens.get(),
     };
     match tiny_judged_case() {
         Ok((draft, snapshot)) => match semantic_request(
@@ -414,7 +414,7 @@ pub async fn probe(config: &Config) -> ProbeReport {
     let repair_shape = RequestShape {
         model: &config.model.name,
         structured_output: mode,
-        max_output_tokens: config.repair.max_output_tokens,
+        max_output_tokens: config.repair.max_output_tokens.get(),
     };
     if let Ok((draft, _)) = tiny_judged_case() {
         let violations = [Violation {
@@ -438,7 +438,7 @@ pub async fn probe(config: &Config) -> ProbeReport {
                     request,
                     bytes,
                     (
-                        Duration::from_millis(config.repair.timeout_ms),
+                        Duration::from_millis(config.repair.timeout_ms.get()),
                         config.repair.max_output_bytes,
                     ),
                     parse_repaired_draft,
@@ -548,7 +548,7 @@ fn latency_findings(calls: &[ProbeCall], config: &Config) -> Vec<Finding> {
                 "repair" => (config.repair.timeout_ms, "repair.timeout_ms"),
                 _ => return None,
             };
-            let share = c.latency_ms as f64 * 100.0 / timeout.max(1) as f64;
+            let share = c.latency_ms as f64 * 100.0 / timeout.get() as f64;
             let text = format!(
                 "latency: the {} request took {} ms, {share:.0} % of {key} ({timeout} ms){}",
                 c.name,
@@ -561,7 +561,7 @@ fn latency_findings(calls: &[ProbeCall], config: &Config) -> Vec<Finding> {
                     _ => String::new(),
                 }
             );
-            Some(match c.latency_ms * 2 > timeout {
+            Some(match c.latency_ms * 2 > timeout.get() {
                 true => finding("warn", format!("{text}: over half of it for a tiny request, so a real Draft will time out; raise {key} or use a faster server")),
                 false => finding("ok", text),
             })

@@ -102,8 +102,8 @@ async fn the_watch_tick_renews_and_checks_runs_in_flight_across_slots() {
         model: Some(server.uri()),
         tweak: Box::new(|c| {
             // The lease runs out three times over during the judge's answer unless renewed.
-            c.redis.lock_lease_ms = 450;
-            c.cancel.poll_interval_ms = 100;
+            c.redis.lock_lease_ms = std::num::NonZero::new(450).unwrap();
+            c.cancel.poll_interval_ms = std::num::NonZero::new(100).unwrap();
         }),
         ..Default::default()
     })
@@ -381,8 +381,8 @@ async fn a_cancel_reaches_the_release_after_the_node_holding_the_subscriptions_i
     // re-subscription, can bring the cancel.
     let no_poll = || -> Box<dyn FnOnce(&mut release_harness::config::Config)> {
         Box::new(|c| {
-            c.cancel.poll_interval_ms = 60_000;
-            c.redis.lock_lease_ms = 180_000;
+            c.cancel.poll_interval_ms = std::num::NonZero::new(60_000).unwrap();
+            c.redis.lock_lease_ms = std::num::NonZero::new(180_000).unwrap();
         })
     };
     let mut hanging = HangingModel::start();

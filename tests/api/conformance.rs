@@ -125,7 +125,9 @@ async fn a_request_head_with_too_many_headers_is_answered_431_by_the_http_codec_
 #[actix_rt::test]
 async fn a_request_head_that_stalls_is_answered_408_by_the_http_codec_with_no_body() {
     let app = spawn_app(AppOptions {
-        tweak: Box::new(|c| c.server.client_request_timeout_ms = 300),
+        tweak: Box::new(|c| {
+            c.server.client_request_timeout_ms = std::num::NonZero::new(300).unwrap()
+        }),
         ..Default::default()
     })
     .await;

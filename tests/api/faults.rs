@@ -129,7 +129,7 @@ async fn after_kill_9_of_the_replica_holding_a_release_another_replica_releases_
     let b = spawn_app(AppOptions {
         model: Some(server.uri()),
         prefix: Some(prefix.clone()),
-        tweak: Box::new(|c| c.redis.lock_lease_ms = LEASE_MS),
+        tweak: Box::new(|c| c.redis.lock_lease_ms = std::num::NonZero::new(LEASE_MS).unwrap()),
         ..Default::default()
     })
     .await;
@@ -280,8 +280,8 @@ async fn a_model_answer_that_arrives_after_the_marker_is_never_released() {
         Duration::from_millis(600),
         None,
         Box::new(|c| {
-            c.cancel.poll_interval_ms = 60_000;
-            c.redis.lock_lease_ms = 180_000;
+            c.cancel.poll_interval_ms = std::num::NonZero::new(60_000).unwrap();
+            c.redis.lock_lease_ms = std::num::NonZero::new(180_000).unwrap();
         }),
     )
     .await;
@@ -311,7 +311,7 @@ async fn a_release_whose_lock_was_taken_over_cannot_store() {
     let (app, server) = app_with_a_slow_judge(
         Duration::from_millis(600),
         None,
-        Box::new(|c| c.redis.lock_lease_ms = 60_000),
+        Box::new(|c| c.redis.lock_lease_ms = std::num::NonZero::new(60_000).unwrap()),
     )
     .await;
     let run = unique_run("taken-over");
@@ -344,7 +344,7 @@ async fn a_renewal_that_finds_the_lock_gone_aborts_the_release_and_its_model_cal
     let _faults = STORE_FAULTS.read().await;
     let (app, mut hanging, run, pending) = release_pending_on_a_hanging_model(
         "lease-lost",
-        Box::new(|c| c.redis.lock_lease_ms = 1_500),
+        Box::new(|c| c.redis.lock_lease_ms = std::num::NonZero::new(1_500).unwrap()),
     )
     .await;
     let mut conn = app.redis().await;

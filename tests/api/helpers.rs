@@ -65,8 +65,8 @@ pub async fn spawn_app(options: AppOptions) -> TestApp {
     config.server.shutdown_drain_ms = 5_000;
     use_store(&mut config, &redis_url);
     config.redis.key_prefix = prefix.clone();
-    config.redis.response_timeout_ms = 1_000;
-    config.redis.connection_timeout_ms = 500;
+    config.redis.response_timeout_ms = std::num::NonZero::new(1_000).unwrap();
+    config.redis.connection_timeout_ms = std::num::NonZero::new(500).unwrap();
     (options.tweak)(&mut config);
     let app = Application::build(config).await.expect("the app builds");
     let address = format!("http://127.0.0.1:{}", app.port());

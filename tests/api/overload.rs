@@ -38,8 +38,8 @@ async fn with_max_in_flight_2_the_third_release_gets_503_overloaded_while_two_co
     let app = spawn_app(AppOptions {
         model: Some(server.uri()),
         tweak: Box::new(|c| {
-            c.server.max_in_flight = 2;
-            c.server.overloaded_retry_after_s = 3;
+            c.server.max_in_flight = std::num::NonZero::new(2).unwrap();
+            c.server.overloaded_retry_after_s = std::num::NonZero::new(3).unwrap();
         }),
         ..Default::default()
     })
@@ -108,9 +108,9 @@ async fn with_one_model_slot_the_model_sees_one_connection_and_a_queued_run_canc
     let app = spawn_app(AppOptions {
         model: Some(hanging.url.clone()),
         tweak: Box::new(|c| {
-            c.model.max_concurrent_calls = 1;
-            c.semantic_guard.attempt_timeout_ms = 30_000;
-            c.semantic_guard.total_timeout_ms = 30_000;
+            c.model.max_concurrent_calls = std::num::NonZero::new(1).unwrap();
+            c.semantic_guard.attempt_timeout_ms = std::num::NonZero::new(30_000).unwrap();
+            c.semantic_guard.total_timeout_ms = std::num::NonZero::new(30_000).unwrap();
         }),
         ..Default::default()
     })
@@ -168,10 +168,10 @@ async fn a_run_whose_total_deadline_passes_in_the_model_queue_falls_back_without
     let app = spawn_app(AppOptions {
         model: Some(server.uri()),
         tweak: Box::new(|c| {
-            c.model.max_concurrent_calls = 1;
-            c.repair.timeout_ms = 30_000;
-            c.semantic_guard.attempt_timeout_ms = 400;
-            c.semantic_guard.total_timeout_ms = 400;
+            c.model.max_concurrent_calls = std::num::NonZero::new(1).unwrap();
+            c.repair.timeout_ms = std::num::NonZero::new(30_000).unwrap();
+            c.semantic_guard.attempt_timeout_ms = std::num::NonZero::new(400).unwrap();
+            c.semantic_guard.total_timeout_ms = std::num::NonZero::new(400).unwrap();
         }),
         ..Default::default()
     })
@@ -253,8 +253,8 @@ async fn come_back_later_app(
     let app = spawn_app(AppOptions {
         model: Some(server.uri()),
         tweak: Box::new(move |c| {
-            c.semantic_guard.attempt_timeout_ms = 2_000;
-            c.semantic_guard.total_timeout_ms = total_timeout_ms;
+            c.semantic_guard.attempt_timeout_ms = std::num::NonZero::new(2_000).unwrap();
+            c.semantic_guard.total_timeout_ms = std::num::NonZero::new(total_timeout_ms).unwrap();
         }),
         ..Default::default()
     })
@@ -316,7 +316,7 @@ async fn connection_failures_in_a_row_open_the_circuit_and_later_attempts_fail_f
         model: Some(refused),
         tweak: Box::new(|c| {
             c.model.circuit_failures = 2;
-            c.model.circuit_open_ms = 60_000;
+            c.model.circuit_open_ms = std::num::NonZero::new(60_000).unwrap();
         }),
         ..Default::default()
     })

@@ -93,8 +93,8 @@ async fn a_release_costs_two_redis_round_trips_and_a_replay_one() {
         redis_url: Some(redis.url()),
         // No poll tick during the release: only the release's own trips are counted.
         tweak: Box::new(|c| {
-            c.cancel.poll_interval_ms = 60_000;
-            c.redis.lock_lease_ms = 600_000;
+            c.cancel.poll_interval_ms = std::num::NonZero::new(60_000).unwrap();
+            c.redis.lock_lease_ms = std::num::NonZero::new(600_000).unwrap();
         }),
         ..Default::default()
     })

@@ -125,8 +125,8 @@ async fn the_h2c_front_door_closes_silent_connections_and_bounds_streams_and_hea
     let app = spawn_app(AppOptions {
         tweak: Box::new(|c| {
             c.server.accept_h2c = true;
-            c.server.client_request_timeout_ms = 300;
-            c.server.h2_max_concurrent_streams = 7;
+            c.server.client_request_timeout_ms = std::num::NonZero::new(300).unwrap();
+            c.server.h2_max_concurrent_streams = std::num::NonZero::new(7).unwrap();
         }),
         ..Default::default()
     })
@@ -520,7 +520,7 @@ async fn unknown_results_routes_and_methods_are_json_errors() {
 #[actix_rt::test]
 async fn bodies_over_the_limit_are_413_and_change_nothing() {
     let app = spawn_app(AppOptions {
-        tweak: Box::new(|c| c.server.max_body_bytes = 2_048),
+        tweak: Box::new(|c| c.server.max_body_bytes = std::num::NonZero::new(2_048).unwrap()),
         ..Default::default()
     })
     .await;
@@ -552,7 +552,9 @@ async fn bodies_over_the_limit_are_413_and_change_nothing() {
 async fn a_connection_that_sends_nothing_gets_408_and_is_closed() {
     use tokio::io::AsyncReadExt;
     let app = spawn_app(AppOptions {
-        tweak: Box::new(|c| c.server.client_request_timeout_ms = 300),
+        tweak: Box::new(|c| {
+            c.server.client_request_timeout_ms = std::num::NonZero::new(300).unwrap()
+        }),
         ..Default::default()
     })
     .await;
@@ -574,7 +576,9 @@ async fn a_connection_that_sends_nothing_gets_408_and_is_closed() {
 async fn a_client_that_stalls_its_body_gets_408() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let app = spawn_app(AppOptions {
-        tweak: Box::new(|c| c.server.client_request_timeout_ms = 300),
+        tweak: Box::new(|c| {
+            c.server.client_request_timeout_ms = std::num::NonZero::new(300).unwrap()
+        }),
         ..Default::default()
     })
     .await;

@@ -67,8 +67,8 @@ async fn shutdown_stops_when_the_drain_time_runs_out() {
         model: Some(hanging.url.clone()),
         tweak: Box::new(|c| {
             c.server.shutdown_drain_ms = 300;
-            c.semantic_guard.attempt_timeout_ms = 60_000;
-            c.semantic_guard.total_timeout_ms = 60_000;
+            c.semantic_guard.attempt_timeout_ms = std::num::NonZero::new(60_000).unwrap();
+            c.semantic_guard.total_timeout_ms = std::num::NonZero::new(60_000).unwrap();
         }),
         ..Default::default()
     })

@@ -32,9 +32,9 @@ pub fn config(model_url: Option<&str>) -> Config {
         c.model.base_url = url.to_string();
         c.model.name = "judge-test".into();
     }
-    c.semantic_guard.attempt_timeout_ms = 2_000;
-    c.semantic_guard.total_timeout_ms = 5_000;
-    c.repair.timeout_ms = 2_000;
+    c.semantic_guard.attempt_timeout_ms = std::num::NonZero::new(2_000).unwrap();
+    c.semantic_guard.total_timeout_ms = std::num::NonZero::new(5_000).unwrap();
+    c.repair.timeout_ms = std::num::NonZero::new(2_000).unwrap();
     c
 }
 

@@ -105,7 +105,7 @@ impl RunSupervisor {
                 cancelled_result: &cancelled_json,
                 cancelled_audit: &audit_json.cancelled,
                 decision: Some(DecisionEntry {
-                    max_len,
+                    max_len: max_len.get(),
                     decided: &decided_entry,
                     cancelled: &cancelled_entry,
                 }),
@@ -223,7 +223,7 @@ impl RunSupervisor {
             let max_len = self.harness.config.decisions.max_len;
             ctx.spawn(
                 async move {
-                    store.append_decision(max_len, &fields).await;
+                    store.append_decision(max_len.get(), &fields).await;
                 }
                 .into_actor(self)
                 .map(|_, _, ctx| ctx.stop()),

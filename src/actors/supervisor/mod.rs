@@ -397,8 +397,10 @@ impl RunSupervisor {
         };
         // A Draft citing too many calls fails EvidenceGuard on its own: none of its ids is
         // sent to Redis.
-        let cited = match cites_too_many(cited.len(), self.harness.config.evidence.max_cited_calls)
-        {
+        let cited = match cites_too_many(
+            cited.len(),
+            self.harness.config.evidence.max_cited_calls.get(),
+        ) {
             true => Vec::new(),
             false => cited,
         };
@@ -414,7 +416,7 @@ impl RunSupervisor {
         let begin = async move {
             let reading = Reading {
                 cited: &cited,
-                max_calls,
+                max_calls: max_calls.get(),
                 limits,
             };
             store.begin(&run_id, &token, lease, reading).await

@@ -194,7 +194,7 @@ impl RunSupervisor {
                 let cited = candidate.cited_call_ids();
                 // A candidate citing too many calls fails EvidenceGuard on its own: its ids
                 // are not read.
-                if !cites_too_many(cited.len(), max_cited_calls) {
+                if !cites_too_many(cited.len(), max_cited_calls.get()) {
                     store
                         .complete_evidence(Arc::make_mut(&mut evidence), &cited, limits)
                         .await?;

@@ -2,6 +2,7 @@
 //! store; the model, where one is needed, is a real HTTP server on loopback (wiremock, or a
 //! listener that never answers).
 
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use actix::{Actor, Addr};
@@ -34,8 +35,9 @@ pub(crate) fn world(run: &str, model: Option<&str>, poll: Option<u64>) -> (Harne
         config.model.base_url = url.to_string();
         config.model.name = "judge-test".into();
     }
-    config.cancel.poll_interval_ms = poll.unwrap_or(60_000);
-    config.redis.lock_lease_ms = 3 * config.cancel.poll_interval_ms.max(100);
+    let poll = poll.unwrap_or(60_000);
+    config.cancel.poll_interval_ms = NonZeroU64::new(poll).unwrap();
+    config.redis.lock_lease_ms = NonZeroU64::new(3 * poll.max(100)).unwrap();
     let projection = json!({
         "tool": "log_search", "tool_call_id": "c-log", "evidence_status": "EVIDENCE_FOUND",
         "scope": {"service": "order-api", "query": "timeout", "from": "2026-12-01T10:00:00Z",

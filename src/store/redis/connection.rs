@@ -31,8 +31,8 @@ impl RedisConnection {
     /// The connection the configuration selects, built without connecting: the first
     /// command connects.
     pub fn open(config: &RedisConfig) -> Result<RedisConnection, StoreError> {
-        let response_timeout = Duration::from_millis(config.response_timeout_ms);
-        let connection_timeout = Duration::from_millis(config.connection_timeout_ms);
+        let response_timeout = Duration::from_millis(config.response_timeout_ms.get());
+        let connection_timeout = Duration::from_millis(config.connection_timeout_ms.get());
         // Commands are small and answered one by one: Nagle's algorithm would only hold a
         // command back while an earlier one of the multiplexed connection is unacknowledged
         // (redis-rs leaves TCP_NODELAY off unless told).

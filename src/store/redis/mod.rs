@@ -103,10 +103,10 @@ impl RedisStore {
             conn,
             commit_conn,
             keys: Keys::new(&config.key_prefix),
-            result_ttl_seconds: config.result_ttl_seconds,
+            result_ttl_seconds: config.result_ttl_seconds.get(),
             min_replicas_ack: config.min_replicas_ack,
             min_replicas_ack_timeout_ms: config.min_replicas_ack_timeout_ms,
-            connection_timeout: Duration::from_millis(config.connection_timeout_ms),
+            connection_timeout: Duration::from_millis(config.connection_timeout_ms.get()),
             scripts: Arc::new(Scripts::new()),
         })
     }

@@ -8,6 +8,7 @@
 //! the end ([`super::chaos`]).
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU64;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -441,7 +442,7 @@ async fn reachable_redis(config: &Config) -> Result<crate::store::RedisConnectio
     let mut conn = crate::store::RedisConnection::open(&config.redis)
         .map_err(|e| unreachable(e.to_string()))?;
     let within = Duration::from_millis(
-        config.redis.connection_timeout_ms + config.redis.response_timeout_ms,
+        config.redis.connection_timeout_ms.get() + config.redis.response_timeout_ms.get(),
     );
     let ping = redis::cmd("PING");
     let answered = tokio::time::timeout(within, ping.query_async::<String>(&mut conn)).await;
@@ -502,13 +503,13 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
             config.server.listen = args.listen.clone();
             config.server.api_token = "soak-token".into();
             config.redis.key_prefix = prefix.clone();
-            config.redis.result_ttl_seconds = 3600;
+            config.redis.result_ttl_seconds = positive(3600);
             config.model.base_url = model.url.clone();
             config.model.http2_prior_knowledge = args.http2;
             config.server.accept_h2c = args.http2;
-            config.semantic_guard.attempt_timeout_ms = 1_000;
-            config.semantic_guard.total_timeout_ms = 2_500;
-            config.repair.timeout_ms = 1_000;
+            config.semantic_guard.attempt_timeout_ms = positive(1_000);
+            config.semantic_guard.total_timeout_ms = positive(2_500);
+            config.repair.timeout_ms = positive(1_000);
             let app = Application::build(config.clone()).await?;
             let base = format!("http://127.0.0.1:{}", app.port());
             let shutdown = app.shutdown_handle();
@@ -538,7 +539,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
         retry_for: Duration::from_secs(args.retry_for),
         token,
         prefix,
-        records_ttl_seconds: config.redis.result_ttl_seconds,
+        records_ttl_seconds: config.redis.result_ttl_seconds.get(),
         session: format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp()),
         redis,
         started: Instant::now(),
@@ -662,7 +663,11 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
     }
     let integrity = match args.chaos {
         true => Some(
-            super::chaos::check(&shared, Duration::from_millis(config.redis.lock_lease_ms)).await,
+            super::chaos::check(
+                &shared,
+                Duration::from_millis(config.redis.lock_lease_ms.get()),
+            )
+            .await,
         ),
         false => None,
     };
@@ -758,4 +763,9 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
     }
     model.stop().await;
     Ok(report)
+}
+
+/// A positive literal of the soak's own settings.
+fn positive(n: u64) -> NonZeroU64 {
+    NonZeroU64::new(n).unwrap_or(NonZeroU64::MIN)
 }
