@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Overload (issue 31; not part of CI): one optimised `release-harness serve` on a private
 # Redis, driven past its capacity by `release-harness soak --overload` (judged releases over
-# h2c, each run's records seeded first), and the figures printed per scenario.
+# h2c on 32 connections, as a fleet of agents opens them: the harness allows
+# `server.h2_max_concurrent_streams`, 100, on each; each run's records seeded first), and
+# the figures printed per scenario.
 #
 #   scenario 1  a slow model (MODEL_LATENCY_MS, 30 s) while agents send RATE1 releases/s for
 #               DURATION1 s: every request is admitted or answered 503 overloaded at once;

@@ -102,7 +102,7 @@ pub(super) async fn check(shared: &Shared, lease: Duration) -> Integrity {
         // The body does not matter: a stored result answers whatever is asked.
         let body = serde_json::json!({"query": "replay", "stop_reason": "INFORMATION_SATURATION"});
         let replay = shared
-            .client
+            .client(i as u64)
             .post(url)
             .bearer_auth(&shared.token)
             .json(&body)

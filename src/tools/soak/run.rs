@@ -122,6 +122,11 @@ pub struct SoakArgs {
     /// fake model accepts both; an in-process harness then also asks it over h2c.
     #[arg(long)]
     pub http2: bool,
+    /// With `--http2`: the releases are spread over this many connections, as a fleet of
+    /// agents would open them (a harness allows `server.h2_max_concurrent_streams` streams
+    /// on each; one connection would queue every release past that in this client).
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
     /// The harness is being driven past its capacity (`scripts/overload.sh`): a `503
     /// overloaded` with `Retry-After` is an expected answer (counted, not a violation), and
     /// an admitted judged release may end `SEMANTIC_UNAVAILABLE` (its deadline passed in the
@@ -132,7 +137,8 @@ pub struct SoakArgs {
 
 /// What the request tasks share.
 pub(super) struct Shared {
-    pub(super) client: reqwest::Client,
+    /// One client per connection (`--connections` with `--http2`, else one pooled client).
+    pub(super) clients: Vec<reqwest::Client>,
     /// The harness replicas' base URLs (one unless `--target` is repeated).
     pub(super) targets: Vec<String>,
     chaos: bool,
@@ -319,6 +325,11 @@ async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
 
 impl Shared {
     /// The replica for request `number` (and its `attempt`-th retry).
+    /// The client release `number` is sent with (round-robin over the connections).
+    pub(super) fn client(&self, number: u64) -> &reqwest::Client {
+        &self.clients[(number as usize) % self.clients.len()]
+    }
+
     fn target(&self, number: u64) -> &str {
         &self.targets[(number as usize) % self.targets.len()]
     }
@@ -333,7 +344,7 @@ impl Shared {
 async fn audit_overhead_ms(shared: &Shared, run: &str, number: u64) -> Option<f64> {
     let audit_url = format!("{}/v1/runs/{run}/audit", shared.target(number));
     let response = shared
-        .client
+        .client(number)
         .get(audit_url)
         .bearer_auth(&shared.token)
         .send()
@@ -375,7 +386,7 @@ async fn release(
         let url = format!("{}/v1/runs/{run}/release", shared.target(number + attempt));
         attempt += 1;
         let sent = shared
-            .client
+            .client(number)
             .post(&url)
             .bearer_auth(&shared.token)
             .json(body)
@@ -406,7 +417,7 @@ async fn cancel(shared: &Shared, run: &str, number: u64) {
         let url = format!("{}/v1/runs/{run}/cancel", shared.target(number + attempt));
         attempt += 1;
         let sent = shared
-            .client
+            .client(number)
             .post(url)
             .bearer_auth(&shared.token)
             .send()
@@ -518,15 +529,24 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
             (vec![base], "soak-token".to_string(), prefix, Some(shutdown))
         }
     };
-    let mut client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .pool_max_idle_per_host(64);
-    if args.http2 {
-        client = client.http2_prior_knowledge();
-    }
-    let client = client.build()?;
+    let connections = match args.http2 {
+        true => args.connections.max(1),
+        false => 1,
+    };
+    let clients = (0..connections)
+        .map(|_| {
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .pool_max_idle_per_host(64);
+            match args.http2 {
+                true => client.http2_prior_knowledge().build(),
+                false => client.build(),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let client = clients[0].clone();
     let shared = Arc::new(Shared {
-        client: client.clone(),
+        clients,
         targets: targets.clone(),
         chaos: args.chaos,
         fetch_audit: !args.no_audit,
