@@ -41,6 +41,8 @@ pub struct LossyStderr {
     /// stderr fails (from then on every send fails at once and the line is dropped).
     queue: SyncSender<Vec<u8>>,
     counts: Arc<Counts>,
+    /// Told how many lines were dropped (the telemetry's counter; this module stays below it).
+    dropped: fn(u64),
 }
 
 /// Waits (a bounded time) for the lines queued so far to be written; held by `serve`.
@@ -49,12 +51,13 @@ pub struct LogFlush {
 }
 
 /// The writer and its flush handle; starts the writer thread.
-pub fn stderr() -> (LossyStderr, LogFlush) {
-    to(std::io::stderr())
+/// `dropped` is told of every line dropped (e.g. `telemetry::log_lines_dropped`).
+pub fn stderr(dropped: fn(u64)) -> (LossyStderr, LogFlush) {
+    to(std::io::stderr(), dropped)
 }
 
 /// As [`stderr`], to any output (tests).
-pub fn to(output: impl Write + Send + 'static) -> (LossyStderr, LogFlush) {
+pub fn to(output: impl Write + Send + 'static, dropped: fn(u64)) -> (LossyStderr, LogFlush) {
     let (queue, lines) = sync_channel(QUEUE_LINES);
     let counts = Arc::new(Counts::default());
     let thread_counts = counts.clone();
@@ -62,17 +65,23 @@ pub fn to(output: impl Write + Send + 'static) -> (LossyStderr, LogFlush) {
     // the receiver is gone and every line is dropped rather than blocking.
     let _ = std::thread::Builder::new()
         .name("log-writer".into())
-        .spawn(move || write_lines(lines, output, &thread_counts));
+        .spawn(move || write_lines(lines, output, &thread_counts, dropped));
     (
         LossyStderr {
             queue,
             counts: counts.clone(),
+            dropped,
         },
         LogFlush { counts },
     )
 }
 
-fn write_lines(lines: Receiver<Vec<u8>>, mut output: impl Write, counts: &Counts) {
+fn write_lines(
+    lines: Receiver<Vec<u8>>,
+    mut output: impl Write,
+    counts: &Counts,
+    dropped: fn(u64),
+) {
     while let Ok(line) = lines.recv() {
         let written = output.write_all(&line).and_then(|()| output.flush());
         counts.done.fetch_add(1, Ordering::AcqRel);
@@ -81,7 +90,7 @@ fn write_lines(lines: Receiver<Vec<u8>>, mut output: impl Write, counts: &Counts
             // every later line fail to queue at once (counted as dropped).
             counts.closed.store(true, Ordering::Release);
             let left = lines.try_iter().count() as u64;
-            crate::telemetry::log_lines_dropped(left + 1);
+            dropped(left + 1);
             return;
         }
     }
@@ -94,7 +103,7 @@ impl Write for LossyStderr {
                 self.counts.queued.fetch_add(1, Ordering::AcqRel);
             }
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                crate::telemetry::log_lines_dropped(1);
+                (self.dropped)(1);
             }
         }
         // Always "written": a dropped line is not the caller's problem.
@@ -161,7 +170,7 @@ mod tests {
     fn a_stuck_output_never_blocks_the_caller_lines_past_the_queue_are_dropped() {
         let gate = Arc::new(Mutex::new(()));
         let held = gate.lock().unwrap();
-        let (mut writer, flush) = to(Stuck(gate.clone()));
+        let (mut writer, flush) = to(Stuck(gate.clone()), |_| ());
         for _ in 0..QUEUE_LINES + 100 {
             assert_eq!(writer.write(b"a line\n").unwrap(), 7);
         }
@@ -183,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_broken_output_stops_the_thread_and_later_lines_are_dropped_without_error() {
-        let (mut writer, flush) = to(Broken);
+        let (mut writer, flush) = to(Broken, |_| ());
         writer.write_all(b"first\n").unwrap();
         flush.flush(Duration::from_secs(30));
         assert!(writer.counts.closed.load(Ordering::Acquire));

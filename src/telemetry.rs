@@ -425,7 +425,7 @@ pub fn init_tracing(format: LogFormat) -> Option<crate::log_writer::LogFlush> {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let (writer, flush) = crate::log_writer::stderr();
+    let (writer, flush) = crate::log_writer::stderr(log_lines_dropped);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
