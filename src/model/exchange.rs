@@ -1,9 +1,9 @@
 //! One model exchange read after it ended: what the send gave back within its timeout
 //! becomes one [`Exchange`] (outcome, detail, answer, token counts, response bytes, the HTTP
-//! status and a bounded excerpt of the content, and the gate's signal). Entry point:
-//! [`read`], a pure function used by the release path (`actors::attempt`) and by
-//! `probe-model` (`tools::probe`), so the probe reports what a release would make of the
-//! same answer.
+//! status and the gate's signal). Entry point: [`read`], a pure function used by the
+//! release path (`actors::attempt`) and by `probe-model` (`tools::probe`), so the probe
+//! reports what a release would make of the same answer; [`content_excerpt`] gives the
+//! probe the start of what the model said.
 
 use std::time::Duration;
 
@@ -43,10 +43,6 @@ pub struct Exchange<T> {
     pub response_bytes: u64,
     /// The HTTP status of a failed send, when the server answered one.
     pub http_status: Option<u16>,
-    /// The start of the message content, at most
-    /// [`ERROR_EXCERPT_CHARS`](super::client::ERROR_EXCERPT_CHARS) characters (and `…` when
-    /// cut), whenever an envelope with text content came back, readable or not.
-    pub content_excerpt: Option<String>,
     /// What the model gate learns from the exchange.
     pub signal: Sent,
 }
@@ -85,7 +81,6 @@ pub fn read<T>(
         completion_tokens: None,
         response_bytes: 0,
         http_status: None,
-        content_excerpt: envelope.content().map(excerpt),
         signal: Sent::Answered,
     };
     let tokens = usage(&envelope);
@@ -111,6 +106,17 @@ pub fn read<T>(
     exchange
 }
 
+/// The start of the message content the send gave back, at most
+/// [`ERROR_EXCERPT_CHARS`](super::client::ERROR_EXCERPT_CHARS) characters (and `…` when
+/// cut), whenever an envelope with text content came back, readable or not: what
+/// `probe-model` shows. Not part of [`Exchange`], so the release path never writes it.
+pub fn content_excerpt(sent: &Option<Result<Envelope, SendFailure>>) -> Option<String> {
+    match sent {
+        Some(Ok(envelope)) => envelope.content().map(excerpt),
+        _ => None,
+    }
+}
+
 /// An exchange that ended with no answer and nothing counted.
 fn failed<T>(outcome: AttemptOutcome, detail: String, signal: Sent) -> Exchange<T> {
     Exchange {
@@ -121,7 +127,6 @@ fn failed<T>(outcome: AttemptOutcome, detail: String, signal: Sent) -> Exchange<
         completion_tokens: None,
         response_bytes: 0,
         http_status: None,
-        content_excerpt: None,
         signal,
     }
 }
@@ -190,14 +195,17 @@ mod tests {
             assert_eq!(e.detail, Some(format!("{class:?} happened")));
             assert_eq!(e.http_status, status);
             assert_eq!(e.signal, signal);
-            assert_eq!((e.answer, e.content_excerpt), (None, None));
+            assert_eq!(e.answer, None);
         }
     }
 
     #[test]
     fn implausible_usage_is_a_schema_failure_that_counts_nothing() {
         // More prompt tokens than request bytes (plus a template's slack).
-        let e = exchange(Some(Ok(envelope(VERDICT, 2000 + 4097, 10))));
+        let sent = Some(Ok(envelope(VERDICT, 2000 + 4097, 10)));
+        // The server answered: the probe sees what it said.
+        assert_eq!(content_excerpt(&sent).as_deref(), Some(VERDICT));
+        let e = exchange(sent);
         assert_eq!(e.outcome, AttemptOutcome::Schema);
         assert_eq!(
             e.detail.as_deref(),
@@ -205,9 +213,8 @@ mod tests {
         );
         assert_eq!((e.prompt_tokens, e.completion_tokens), (None, None));
         assert_eq!((e.answer, e.response_bytes), (None, 0));
-        // The server answered: the gate hears that, and the probe sees what it said.
+        // The server answered: the gate hears that.
         assert_eq!(e.signal, Sent::Answered);
-        assert_eq!(e.content_excerpt.as_deref(), Some(VERDICT));
         // A completion past max_tokens (plus the end token's slack).
         let e = exchange(Some(Ok(envelope(VERDICT, 100, 64 + 17))));
         assert_eq!(e.outcome, AttemptOutcome::Schema);
@@ -221,7 +228,11 @@ mod tests {
     #[test]
     fn content_over_the_limit_is_a_parse_failure_with_its_tokens_and_a_bounded_excerpt() {
         let long = "x".repeat(1000);
-        let e = exchange(Some(Ok(envelope(&long, 100, 50))));
+        let sent = Some(Ok(envelope(&long, 100, 50)));
+        let excerpt = content_excerpt(&sent).unwrap();
+        assert_eq!(excerpt.chars().count(), ERROR_EXCERPT_CHARS + 1);
+        assert!(excerpt.ends_with('…'));
+        let e = exchange(sent);
         assert_eq!(e.outcome, AttemptOutcome::Parse);
         assert_eq!(
             e.detail.as_deref(),
@@ -232,9 +243,6 @@ mod tests {
             (Some(100), Some(50))
         );
         assert_eq!(e.response_bytes, 0);
-        let excerpt = e.content_excerpt.unwrap();
-        assert_eq!(excerpt.chars().count(), ERROR_EXCERPT_CHARS + 1);
-        assert!(excerpt.ends_with('…'));
     }
 
     #[test]
@@ -271,7 +279,6 @@ mod tests {
         );
         assert_eq!(e.response_bytes, VERDICT.len() as u64);
         assert_eq!(e.http_status, None);
-        assert_eq!(e.content_excerpt.as_deref(), Some(VERDICT));
         assert_eq!(e.signal, Sent::Answered);
     }
 }

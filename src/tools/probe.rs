@@ -237,6 +237,7 @@ async fn call<T>(
         .await
         .ok();
     let latency_ms = began.elapsed().as_millis() as u64;
+    let answer = exchange::content_excerpt(&sent);
     let exchange = exchange::read(sent, &bounds, parse);
     let probe = ProbeCall {
         name,
@@ -249,7 +250,7 @@ async fn call<T>(
         message_bytes,
         prompt_tokens: exchange.prompt_tokens,
         completion_tokens: exchange.completion_tokens,
-        answer: exchange.content_excerpt,
+        answer,
     };
     (probe, exchange.answer)
 }
