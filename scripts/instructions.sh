@@ -25,6 +25,11 @@
 #        WITH_AUDIT=1 ...   the soak also fetches every run's audit, as it does by default
 #        SCENARIOS="repaired" ...   other soak scenarios (e.g. `repaired`: one repair call,
 #                         then one judge call)
+#        SCENARIOS="shed" ...  a full replica's `503 overloaded` (issue 31): serve with
+#                         server.max_in_flight 1 and an 8 s total timeout, the one admitted
+#                         release parked on a model that answers after 60 s, driven at
+#                         200 requests/s: per shed request (each also reads Redis once for a
+#                         stored result)
 #        H2=1 ...         the releases and the model calls over h2c (HTTP/2, prior knowledge)
 #        DRIVER=path ...  this build drives the soak (no release build of this checkout;
 #                         e.g. the `before` build, while comparing profiling builds)
@@ -65,6 +70,11 @@ h2=false
 # prints "instructions answered".
 run_count() {
   local scenario=$1 seconds=$2 port model_port prefix out pid
+  local only=$scenario rate=20 latency=0 shed_env=() soak_flags=()
+  if [ "$scenario" = shed ]; then
+    only=supported rate=200 latency=60000 soak_flags=(--overload)
+    shed_env=(HARNESS__SERVER__MAX_IN_FLIGHT=1 HARNESS__SEMANTIC_GUARD__TOTAL_TIMEOUT_MS=8000)
+  fi
   port=$(free_port)
   model_port=$(free_port)
   prefix="ins-$scenario-$seconds-$$"
@@ -73,7 +83,7 @@ run_count() {
     HARNESS__SERVER__LISTEN="127.0.0.1:$port" HARNESS__SERVER__API_TOKEN=ins-token \
     HARNESS__MODEL__BASE_URL="http://127.0.0.1:$model_port" RUST_LOG=warn \
     HARNESS__MODEL__HTTP2_PRIOR_KNOWLEDGE="$h2" HARNESS__SERVER__ACCEPT_H2C="$h2" \
-    env ${tunables:+GLIBC_TUNABLES="$tunables"} valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" "$bin" serve \
+    env "${shed_env[@]}" ${tunables:+GLIBC_TUNABLES="$tunables"} valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" "$bin" serve \
     >"$work/serve-$scenario-$seconds.log" 2>&1 &
   pid=$!
   track "$pid"
@@ -84,10 +94,10 @@ run_count() {
   # Counting starts once the server is ready: start-up (the metrics exporter's clock
   # calibration alone varies by millions of instructions) is not counted at all.
   callgrind_control -i on "$pid" >/dev/null
-  HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn "$driver" soak --only "$scenario" \
+  HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=warn "$driver" soak --only "$only" \
     --target "http://127.0.0.1:$port" --token ins-token --key-prefix "$prefix" \
-    --model-listen "127.0.0.1:$model_port" --model-latency-ms 0 \
-    --duration "$seconds" --rate 20 --report-dir "$work/reports" $([ -n "${WITH_AUDIT:-}" ] || echo --no-audit) \
+    --model-listen "127.0.0.1:$model_port" --model-latency-ms "$latency" "${soak_flags[@]}" \
+    --duration "$seconds" --rate "$rate" --report-dir "$work/reports" $([ -n "${WITH_AUDIT:-}" ] || echo --no-audit) \
     ${H2:+--http2} \
     >"$work/report-$scenario-$seconds.json" 2>"$work/soak-$scenario-$seconds.log" \
     || { echo "the soak of $scenario reported violations:" >&2; cat "$work/report-$scenario-$seconds.json" >&2; exit 1; }
@@ -109,9 +119,10 @@ for scenario in ${SCENARIOS:-supported no_conclusion}; do
 import sys
 scenario, i1, n1, i2, n2 = sys.argv[1], *map(int, sys.argv[2:])
 kind = {"supported": "judged", "no_conclusion": "deterministic"}.get(scenario, scenario)
+what = "shed request" if scenario == "shed" else "release"
 per = (i2 - i1) / (n2 - n1)
-print(f"{kind:13} ({scenario}): {per:,.0f} instructions per release "
-      f"(I({n2}) = {i2:,} - I({n1}) = {i1:,}, over {n2 - n1} releases)")
+print(f"{kind:13} ({scenario}): {per:,.0f} instructions per {what} "
+      f"(I({n2}) = {i2:,} - I({n1}) = {i1:,}, over {n2 - n1} {what}s)")
 PY
   if [ -n "${ANNOTATE:-}" ]; then
     mkdir -p soak-reports
