@@ -149,9 +149,9 @@ struct EvalArgs {
     #[arg(long)]
     limit: Option<usize>,
     /// Refuse (exit 2) a case file larger than this, in bytes, or one that is not a
-    /// regular file.
-    #[arg(long, default_value_t = release_harness::input_file::DEFAULT_MAX_BUNDLE_BYTES)]
-    max_bundle_bytes: u64,
+    /// regular file [default: 8 MiB per case file; 512 MiB for an --format aggrefact file].
+    #[arg(long)]
+    max_bundle_bytes: Option<u64>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -429,7 +429,10 @@ async fn eval(args: EvalArgs, config: Config) -> Result<(), CliError> {
         (EvalFormat::Corpus, Some(_)) => return Err(EvalError::SampleOfCorpus.into()),
         (EvalFormat::Corpus, None) => {}
     }
-    let cases = load_corpus_with(&args.corpus, args.limit, args.max_bundle_bytes)?;
+    let max_bytes = args
+        .max_bundle_bytes
+        .unwrap_or(release_harness::input_file::DEFAULT_MAX_BUNDLE_BYTES);
+    let cases = load_corpus_with(&args.corpus, args.limit, max_bytes)?;
     let progress = if args.quiet {
         Progress::Hidden
     } else {
@@ -459,12 +462,14 @@ async fn eval(args: EvalArgs, config: Config) -> Result<(), CliError> {
 
 /// `eval --format aggrefact FILE`: the judge on LLM-AggreFact rows.
 async fn eval_aggrefact(args: EvalArgs, config: Config) -> Result<(), CliError> {
-    use release_harness::tools::eval::aggrefact::{self, rows::load_rows, RowChoice};
+    use release_harness::tools::eval::aggrefact::rows::{load_rows, DEFAULT_MAX_ROWS_BYTES};
+    use release_harness::tools::eval::aggrefact::{self, RowChoice};
     let choice = RowChoice {
         limit: args.limit,
         sample: args.sample.map(|n| (n, args.seed)),
     };
-    let (rows, selection, ignored) = aggrefact::select(load_rows(&args.corpus)?, choice);
+    let max_bytes = args.max_bundle_bytes.unwrap_or(DEFAULT_MAX_ROWS_BYTES);
+    let (rows, selection, ignored) = aggrefact::select(load_rows(&args.corpus, max_bytes)?, choice);
     let progress = if args.quiet {
         Progress::Hidden
     } else {

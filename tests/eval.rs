@@ -216,11 +216,37 @@ fn a_bad_corpus_exits_2() {
 mod aggrefact {
     use super::*;
     use release_harness::tools::eval::aggrefact::report::{AggreFactReport, RowJudged};
-    use release_harness::tools::eval::aggrefact::rows::{load_rows, AggreFactRow};
+    use release_harness::tools::eval::aggrefact::rows::{
+        load_rows as load_rows_within, AggreFactRow, DEFAULT_MAX_ROWS_BYTES,
+    };
     use release_harness::tools::eval::aggrefact::{run_aggrefact, select, RowChoice};
 
     fn fixture() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("eval/aggrefact/fixture.jsonl")
+    }
+
+    fn load_rows(
+        path: &std::path::Path,
+    ) -> Result<
+        release_harness::tools::eval::aggrefact::rows::LoadedRows,
+        release_harness::tools::eval::EvalError,
+    > {
+        load_rows_within(path, DEFAULT_MAX_ROWS_BYTES)
+    }
+
+    #[test]
+    fn a_benchmark_file_that_is_not_a_regular_file_or_over_the_limit_is_refused_unread() {
+        let dir = std::env::temp_dir().join(format!("aggrefact-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_a_file = load_rows(&dir).unwrap_err().to_string();
+        assert!(not_a_file.contains("is not a regular file"), "{not_a_file}");
+        let size = std::fs::metadata(fixture()).unwrap().len();
+        let too_large = load_rows_within(&fixture(), size - 1)
+            .unwrap_err()
+            .to_string();
+        assert!(too_large.contains("--max-bundle-bytes"), "{too_large}");
+        assert!(load_rows_within(&fixture(), size).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     async fn judge(

@@ -48,13 +48,16 @@ pub struct LoadedRows {
 
 const COLUMNS: [&str; 5] = ["dataset", "doc", "claim", "label", "id"];
 
-/// Reads `path`: JSON Lines when it ends in `.jsonl`, `.ndjson` or `.json`, CSV when it
-/// ends in `.csv`, else JSON Lines if its first non-blank byte is `{`, CSV otherwise.
-pub fn load_rows(path: &Path) -> Result<LoadedRows, EvalError> {
-    let text = std::fs::read_to_string(path).map_err(|source| EvalError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+/// The largest benchmark file read unless `--max-bundle-bytes` says otherwise: the public
+/// LLM-AggreFact test split is a few tens of MB.
+pub const DEFAULT_MAX_ROWS_BYTES: u64 = 512 * 1024 * 1024;
+
+/// Reads `path` (a regular file of at most `max_bytes`, else refused as `check` refuses a
+/// bundle): JSON Lines when it ends in `.jsonl`, `.ndjson` or `.json`, CSV when it ends in
+/// `.csv`, else JSON Lines if its first non-blank byte is `{`, CSV otherwise.
+pub fn load_rows(path: &Path, max_bytes: u64) -> Result<LoadedRows, EvalError> {
+    let text = crate::input_file::read_bounded(path, max_bytes)
+        .map_err(|e| EvalError::Input(Box::new(e)))?;
     let extension = path
         .extension()
         .map(|e| e.to_string_lossy().to_ascii_lowercase());
