@@ -236,24 +236,9 @@ another object (no {\"draft\": ...}), and do not add the violations or the usabl
 
 /// `text` without its zero-width and bidirectional control characters, so that nothing in
 /// the evidence is invisible to a person but visible to the judge (the request writer drops
-/// them the same way as it escapes the evidence).
+/// them the same way as it escapes the evidence): [`crate::domain::text::visible`].
 pub fn strip_invisible(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        let skip = body::invisible_len(&bytes[i..]);
-        if skip > 0 {
-            out.push_str(&text[start..i]);
-            i += skip;
-            start = i;
-        } else {
-            i += 1;
-        }
-    }
-    out.push_str(&text[start..]);
-    out
+    crate::domain::text::visible(text).into_owned()
 }
 
 /// A fresh random nonce per request: 128 bits, hex.
