@@ -204,6 +204,15 @@ fn rate(numerator: usize, denominator: usize) -> Option<f64> {
     (denominator > 0).then(|| numerator as f64 / denominator as f64)
 }
 
+/// The model attempts per outcome as the summaries print them: `ok 40, timeout 2`.
+pub(crate) fn outcome_counts(counts: &BTreeMap<String, usize>) -> String {
+    counts
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -421,11 +430,7 @@ impl EvalReport {
             ),
             (
                 "attempts by outcome",
-                self.attempt_outcomes
-                    .iter()
-                    .map(|(k, v)| format!("{k} {v}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                outcome_counts(&self.attempt_outcomes),
             ),
             ("protocol failures", self.protocol_failures.to_string()),
             ("cases not judged", self.not_judged.to_string()),

@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::tools::eval::report::{
-    percentile, AttemptSummary, LatencyStats, ModelUnderTest, TokenStats,
+    outcome_counts, percentile, AttemptSummary, LatencyStats, ModelUnderTest, TokenStats,
 };
 
 /// What the harness made of a row.
@@ -516,11 +516,7 @@ impl AggreFactReport {
             ),
             (
                 "attempts by outcome",
-                self.attempt_outcomes
-                    .iter()
-                    .map(|(k, v)| format!("{k} {v}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                outcome_counts(&self.attempt_outcomes),
             ),
             ("protocol failures", o.protocol_failures.to_string()),
             ("rows not judged", o.not_judged.to_string()),
