@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{redis_url, unique_prefix};
 use redis::AsyncCommands;
 use release_harness::config::Config;
-use release_harness::domain::audit::CancelSource;
+use release_harness::domain::audit::{AuditJson, CancelSource};
 use release_harness::domain::decision::DecisionFilter;
 use release_harness::domain::evidence_guard::RunEvidence;
 use release_harness::domain::release::Outcome;
@@ -191,12 +191,19 @@ async fn the_harness_never_writes_the_agents_keys() {
     assert_eq!(ttl, -1, "no expiry was set on the agent's record");
 }
 
-fn commit<'a>(result: &'a str) -> Commit<'a> {
+/// The audit record a test commits: its head and the two ends, as `Audit::commit_json`
+/// writes them (the stored record is the head and one end).
+static AUDIT: std::sync::LazyLock<AuditJson> = std::sync::LazyLock::new(|| AuditJson {
+    head: "{\"run_id\":\"r\",".into(),
+    decided: "\"outcome\":\"SUCCESS\"}".into(),
+    cancelled: "\"outcome\":\"CANCELLED\",\"cancelled_by\":\"marker\"}".into(),
+});
+
+fn commit(result: &str) -> Commit<'_> {
     Commit {
         result,
-        audit: "{\"run_id\":\"r\",\"outcome\":\"SUCCESS\"}",
         cancelled_result: "{\"outcome\":\"CANCELLED\"}",
-        cancelled_audit: "{\"run_id\":\"r\",\"outcome\":\"CANCELLED\",\"cancelled_by\":\"marker\"}",
+        audit: &AUDIT,
         decision: None,
     }
 }

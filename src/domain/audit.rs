@@ -417,45 +417,35 @@ impl AuditEnd {
     }
 }
 
-/// The audit record as the fenced commit writes it: two whole JSON texts, the decided one
-/// and the one for a cancel marker found at the commit; the commit stores one of them.
+/// The audit record as the fenced commit writes it: the record's keys up to its end, with
+/// the console's view (`head`, `{…,"view":…,`), written once, and the two ends the commit
+/// chooses between (`decided`, and `cancelled` for a cancel marker found at the commit),
+/// each the end's keys and the closing brace (`"outcome":…,"cancelled_by":…}`). A stored
+/// record is `head` followed by one end, so the record's bulk is sent to Redis once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditJson {
+    pub head: String,
     pub decided: String,
     pub cancelled: String,
 }
 
-/// The record with its end's keys last: what is stored.
-#[derive(Serialize)]
-struct Record<'a> {
-    #[serde(flatten)]
-    audit: &'a Audit,
-    #[serde(flatten)]
-    end: &'a AuditEnd,
+impl AuditJson {
+    /// The whole record stored when the decided result is.
+    pub fn decided_record(&self) -> String {
+        [self.head.as_str(), &self.decided].concat()
+    }
+
+    /// The whole record stored when the commit finds the cancel marker.
+    pub fn cancelled_record(&self) -> String {
+        [self.head.as_str(), &self.cancelled].concat()
+    }
 }
 
-impl Record<'_> {
-    /// The record's JSON with `view` (already written) before the end's keys:
-    /// `cancelled_by` stays the record's last key, which the commit may rewrite to `http`
-    /// (`store::cancelled_by_http`, `commit.lua`).
-    fn to_json_with(&self, view: Option<&str>) -> String {
-        let Some(view) = view else {
-            return json::to_string_sized(self, 1024).unwrap_or_else(|_| "{}".into());
-        };
-        let (Ok(mut json), Ok(end)) = (
-            json::to_string_sized(self.audit, 1024 + view.len()),
-            json::to_string_sized(self.end, 128),
-        ) else {
-            return "{}".into();
-        };
-        // Both are objects with keys (`run_id`; `outcome`): `{…` + `,"view":…,` + `…}`.
-        json.pop();
-        json.push_str(",\"view\":");
-        json.push_str(view);
-        json.push(',');
-        json.push_str(&end[1..]);
-        json
-    }
+/// An end's keys as they close a record: `"outcome":…,"cancelled_by":…}` (its JSON object
+/// without the opening brace; `cancelled_by` is always there, so it is never empty).
+fn end_json(end: &AuditEnd) -> String {
+    let json = json::to_string_sized(end, 128).unwrap_or_else(|_| "{}".into());
+    json[1..].to_string()
 }
 
 impl Audit {
@@ -482,25 +472,41 @@ impl Audit {
     /// [`MAX_AUDIT_BYTES`]: a longer record keeps the first entries of each list (as many as
     /// fit, the same number for each) and counts the others in `omitted`.
     pub fn to_json(&self, end: &AuditEnd) -> String {
-        self.to_json_with_view(end, self.view.to_json().as_deref())
+        let end = end_json(end);
+        let mut json = self.bounded_head(self.view.to_json().as_deref(), end.len());
+        json.push_str(&end);
+        json
     }
 
-    /// The record, with the console's `view` (already written) before the end's keys, at most
+    /// The record's keys before its end, with the console's `view` (already written) last:
+    /// `{…,"view":…,`. Each key is followed by a comma, so that an end's keys complete it.
+    fn head(&self, view: Option<&str>) -> String {
+        let extra = view.map_or(0, str::len);
+        let Ok(mut json) = json::to_string_sized(self, 1024 + extra) else {
+            return "{".into();
+        };
+        // An object with keys (`run_id`): `{…}` becomes `{…,`.
+        json.pop();
+        json.push(',');
+        if let Some(view) = view {
+            json.push_str("\"view\":");
+            json.push_str(view);
+            json.push(',');
+        }
+        json
+    }
+
+    /// [`Self::head`], such that with an end of `end_len` bytes the record is at most
     /// [`MAX_AUDIT_BYTES`] (the view takes at most [`MAX_VIEW_BYTES`] of them).
-    fn to_json_with_view(&self, end: &AuditEnd, view: Option<&str>) -> String {
-        let whole = Record { audit: self, end }.to_json_with(view);
-        if whole.len() <= MAX_AUDIT_BYTES {
+    fn bounded_head(&self, view: Option<&str>, end_len: usize) -> String {
+        let whole = self.head(view);
+        if whole.len() + end_len <= MAX_AUDIT_BYTES {
             return whole;
         }
         let mut keep = 64;
         loop {
-            let summary = self.keeping(keep);
-            let json = Record {
-                audit: &summary,
-                end,
-            }
-            .to_json_with(view);
-            if json.len() <= MAX_AUDIT_BYTES || keep == 0 {
+            let json = self.keeping(keep).head(view);
+            if json.len() + end_len <= MAX_AUDIT_BYTES || keep == 0 {
                 return json;
             }
             keep /= 2;
@@ -538,13 +544,20 @@ impl Audit {
         summary
     }
 
-    /// The two whole records the fenced commit chooses between: with `end`, and with the
-    /// end of a cancel found at the commit.
+    /// The record the fenced commit writes: its head once, and the two ends it chooses
+    /// between (`end`, and the end of a cancel found at the commit). Bounded as
+    /// [`Self::to_json`], with room for the longer end.
     pub fn commit_json(&self, end: &AuditEnd) -> AuditJson {
-        let view = self.view.to_json();
+        let decided = end_json(end);
+        let cancelled = end_json(&end.cancelled_at_commit());
+        let head = self.bounded_head(
+            self.view.to_json().as_deref(),
+            decided.len().max(cancelled.len()),
+        );
         AuditJson {
-            decided: self.to_json_with_view(end, view.as_deref()),
-            cancelled: self.to_json_with_view(&end.cancelled_at_commit(), view.as_deref()),
+            head,
+            decided,
+            cancelled,
         }
     }
 
@@ -619,7 +632,7 @@ mod tests {
         let end = AuditEnd::of(Outcome::Success, None, None);
         let (parts, _) = audit.finish(std::time::Duration::from_millis(2), &end);
         assert!(audit.timings.model_wait_ms.is_sign_positive());
-        assert!(!parts.decided.contains("-0.0"));
+        assert!(!parts.decided_record().contains("-0.0"));
     }
 
     #[test]
@@ -628,12 +641,12 @@ mod tests {
         audit.verdict = Some(VerdictAudit::supported("fine".into()));
         let end = AuditEnd::of(Outcome::Success, None, None);
         let parts = audit.commit_json(&end);
-        let decided: serde_json::Value = serde_json::from_str(&parts.decided).unwrap();
+        let decided: serde_json::Value = serde_json::from_str(&parts.decided_record()).unwrap();
         assert_eq!(decided["outcome"], "SUCCESS");
         assert_eq!(decided["cancelled_by"], serde_json::Value::Null);
         assert!(decided.get("superseded").is_none());
         assert_eq!(decided["verdict"]["verdict"], "SUPPORTED");
-        assert_eq!(parts.decided, audit.to_json(&end));
+        assert_eq!(parts.decided_record(), audit.to_json(&end));
         // Written by `json`, byte for byte as serde_json writes it (timings are floats).
         audit.timings.total_ms = 1.38;
         audit.timings.model_wait_ms = -0.0;
@@ -642,7 +655,7 @@ mod tests {
         whole.push_str(&serde_json::to_string(&end).unwrap().replacen('{', ",", 1));
         assert_eq!(audit.to_json(&end), whole);
 
-        let cancelled: serde_json::Value = serde_json::from_str(&parts.cancelled).unwrap();
+        let cancelled: serde_json::Value = serde_json::from_str(&parts.cancelled_record()).unwrap();
         assert_eq!(cancelled["outcome"], "CANCELLED");
         assert_eq!(cancelled["fallback_type"], serde_json::Value::Null);
         assert_eq!(cancelled["cancelled_by"], "marker");
@@ -672,7 +685,7 @@ mod tests {
         assert_eq!(view["omitted"], serde_json::json!(["evidence"]));
         assert_eq!(record["outcome"], "SUCCESS");
         // The end's keys stay last, `cancelled_by` the very last (the commit rewrites it).
-        let cancelled = audit.commit_json(&end).cancelled;
+        let cancelled = audit.commit_json(&end).cancelled_record();
         assert!(
             cancelled.ends_with(",\"cancelled_by\":\"marker\"}"),
             "{cancelled}"
@@ -715,6 +728,14 @@ mod tests {
         );
         assert_eq!(read["violations"][0]["at"], "analyses[0]");
         assert_eq!(read["outcome"], "FALLBACK");
+        // The commit's head leaves room for the longer end: either stored record fits.
+        let parts = audit.commit_json(&end);
+        assert_eq!(parts.decided_record(), json);
+        for record in [parts.decided_record(), parts.cancelled_record()] {
+            assert!(record.len() <= MAX_AUDIT_BYTES, "{} bytes", record.len());
+            let read: serde_json::Value = serde_json::from_str(&record).unwrap();
+            assert_eq!(read["violations"].as_array().unwrap().len(), kept);
+        }
         // A record within the bound is written whole, with no `omitted`.
         audit.violations.truncate(3);
         audit.repair = None;

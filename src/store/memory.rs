@@ -189,10 +189,10 @@ impl MemoryStore {
         let (result, audit) = match marker {
             Some(CancelSource::Http) => (
                 commit.cancelled_result,
-                super::cancelled_by_http(commit.cancelled_audit),
+                super::cancelled_by_http(&commit.audit.cancelled_record()),
             ),
-            Some(_) => (commit.cancelled_result, commit.cancelled_audit.to_string()),
-            None => (commit.result, commit.audit.to_string()),
+            Some(_) => (commit.cancelled_result, commit.audit.cancelled_record()),
+            None => (commit.result, commit.audit.decided_record()),
         };
         data.results
             .insert(run.to_string(), (result.to_string(), audit));

@@ -33,7 +33,7 @@ pub fn new_lock_token(replica: &str) -> String {
     token
 }
 
-use crate::domain::audit::CancelSource;
+use crate::domain::audit::{AuditJson, CancelSource};
 use crate::domain::decision::{DecisionFilter, DecisionRecord, StreamId};
 use crate::domain::evidence_guard::{Rule, RunEvidence};
 use crate::domain::invocation::{CallRejection, RawRecord, MAX_CALL_ID_BYTES};
@@ -152,14 +152,14 @@ pub struct Reading<'a> {
 }
 
 /// What a release stores in its fenced commit: the decided result and its audit record
-/// and, for a cancel marker found at that moment, the CANCELLED ones. Each is a whole JSON
-/// text, stored as it is.
+/// and, for a cancel marker found at that moment, the CANCELLED ones. Each result is a
+/// whole JSON text, stored as it is; the audit record is stored as its head followed by the
+/// end of the result stored ([`AuditJson`]), the head sent once.
 #[derive(Debug, Clone, Copy)]
 pub struct Commit<'a> {
     pub result: &'a str,
-    pub audit: &'a str,
     pub cancelled_result: &'a str,
-    pub cancelled_audit: &'a str,
+    pub audit: &'a AuditJson,
     /// The decision stream's entry for each of the two results (flat field/value pairs,
     /// [`crate::domain::decision::Decision::fields`]), appended after the result is
     /// stored, never for a result already stored.
@@ -673,7 +673,7 @@ mod tests {
             );
             let noticed = AuditEnd::of(Outcome::Cancelled, None, Some(first_noticed));
             for record in [
-                audit.commit_json(&decided).cancelled,
+                audit.commit_json(&decided).cancelled_record(),
                 audit.to_json(&noticed),
             ] {
                 let rewritten: serde_json::Value =

@@ -101,9 +101,8 @@ impl RunSupervisor {
         let work = async move {
             let commit = Commit {
                 result: &json,
-                audit: &audit_json.decided,
                 cancelled_result: &cancelled_json,
-                cancelled_audit: &audit_json.cancelled,
+                audit: &audit_json,
                 decision: Some(DecisionEntry {
                     max_len: max_len.get(),
                     decided: &decided_entry,

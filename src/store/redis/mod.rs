@@ -368,9 +368,10 @@ impl RedisStore {
             token,
             ttl_seconds: self.result_ttl_seconds,
             result: commit.result,
-            audit_record: commit.audit,
+            audit_head: &commit.audit.head,
+            audit_end: &commit.audit.decided,
             cancelled_result: commit.cancelled_result,
-            cancelled_audit_record: commit.cancelled_audit,
+            cancelled_audit_end: &commit.audit.cancelled,
             decision: inline,
         };
         let script = &self.scripts.commit;

@@ -150,7 +150,8 @@ impl RecordsArgs {
     }
 }
 
-/// `commit.lua`: the fenced commit of a result and its audit record, each a whole text.
+/// `commit.lua`: the fenced commit of a result and its audit record (the record's head, sent
+/// once, followed by the end of the result stored).
 pub(super) struct CommitArgs<'a> {
     // KEYS
     pub lock: String,
@@ -161,9 +162,10 @@ pub(super) struct CommitArgs<'a> {
     pub token: &'a str,
     pub ttl_seconds: u64,
     pub result: &'a str,
-    pub audit_record: &'a str,
+    pub audit_head: &'a str,
+    pub audit_end: &'a str,
     pub cancelled_result: &'a str,
-    pub cancelled_audit_record: &'a str,
+    pub cancelled_audit_end: &'a str,
     /// KEYS[5] and ARGV[7..]: the decision stream and the entries to append to it, on a
     /// single node only (a cluster script may not touch the stream's slot).
     pub decision: Option<(String, DecisionEntry<'a>)>,
@@ -175,9 +177,10 @@ impl CommitArgs<'_> {
         let texts = [
             self.token,
             self.result,
-            self.audit_record,
+            self.audit_head,
+            self.audit_end,
             self.cancelled_result,
-            self.cancelled_audit_record,
+            self.cancelled_audit_end,
         ];
         let entry_bytes = self.decision.as_ref().map_or(0, |(key, entry)| {
             key.len()
@@ -199,7 +202,7 @@ impl CommitArgs<'_> {
         let mut cmd = evalsha(
             script,
             keys.len() + entry_keys,
-            keys.len() + entry_keys + 6 + entry_args,
+            keys.len() + entry_keys + texts.len() + 1 + entry_args,
             bytes,
         );
         cmd.arg(&keys[..]);
@@ -209,9 +212,10 @@ impl CommitArgs<'_> {
         cmd.arg(self.token)
             .arg(self.ttl_seconds)
             .arg(self.result)
-            .arg(self.audit_record)
+            .arg(self.audit_head)
+            .arg(self.audit_end)
             .arg(self.cancelled_result)
-            .arg(self.cancelled_audit_record);
+            .arg(self.cancelled_audit_end);
         if let Some((_, entry)) = &self.decision {
             cmd.arg(entry.max_len)
                 .arg(entry.decided.len() / 2)
@@ -370,12 +374,13 @@ mod tests {
             token: "t",
             ttl_seconds: 1,
             result: "{}",
-            audit_record: "{}",
+            audit_head: "{",
+            audit_end: "}",
             cancelled_result: "{}",
-            cancelled_audit_record: "{}",
+            cancelled_audit_end: "}",
             decision: None,
         };
-        assert_eq!(args(&commit.command(&Scripts::new().commit)), 3 + 4 + 6);
+        assert_eq!(args(&commit.command(&Scripts::new().commit)), 3 + 4 + 7);
         let pairs = ["run_id".to_string(), "r".to_string()];
         let with_entry = CommitArgs {
             decision: Some((
@@ -391,10 +396,10 @@ mod tests {
         // Then the stream key, its length, the number of pairs and both entries' pairs.
         assert_eq!(
             args(&with_entry.command(&Scripts::new().commit)),
-            3 + 5 + 6 + 2 + 4
+            3 + 5 + 7 + 2 + 4
         );
-        assert!(COMMIT.contains("KEYS[5]") && COMMIT.contains("ARGV[8]"));
-        assert!(COMMIT.contains("local FIRST_PAIR = 9"));
+        assert!(COMMIT.contains("KEYS[5]") && COMMIT.contains("ARGV[9]"));
+        assert!(COMMIT.contains("local FIRST_PAIR = 10"));
         let cancel = CancelArgs {
             release: "r".into(),
             cancelled: "c".into(),

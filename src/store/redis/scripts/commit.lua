@@ -1,10 +1,12 @@
 -- The fenced commit: only while the lock still holds this token, and only if nothing is
 -- stored yet, stores the decided result and its audit record (or, if the cancel marker is
 -- present now, the CANCELLED result and its audit record) with their TTL, and frees the
--- lock. Each audit record is a whole JSON text, written as it is.
+-- lock. The audit record is sent as its head (ARGV[4], the record's keys up to its end,
+-- once) and the two ends (ARGV[5] decided, ARGV[7] cancelled); the stored record is the head
+-- followed by the end of the result stored.
 -- Then, on a single node, it appends the stored result's entry to the decision stream
--- (KEYS[5], when given: XADD ... MAXLEN ~ ARGV[7] with the ARGV[8] field/value pairs of the
--- decided entry from ARGV[9], then those of the CANCELLED entry), so a stored result has its
+-- (KEYS[5], when given: XADD ... MAXLEN ~ ARGV[8] with the ARGV[9] field/value pairs of the
+-- decided entry from ARGV[10], then those of the CANCELLED entry), so a stored result has its
 -- entry exactly once and a result already stored gets none. The append is a pcall: its
 -- failure is answered, never undoes the commit.
 -- Answers {what, stored result or "", appended}: what = decided | cancelled | stored | lost;
@@ -13,12 +15,12 @@
 -- Positions: scripts.rs, CommitArgs.
 local lock_key, release_key, audit_key, cancelled_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl = ARGV[1], ARGV[2]
-local result, audit = ARGV[3], ARGV[4]
-local cancelled_result, cancelled_audit = ARGV[5], ARGV[6]
+local result, audit_head, audit_end = ARGV[3], ARGV[4], ARGV[5]
+local cancelled_result, cancelled_audit_end = ARGV[6], ARGV[7]
 
 local decisions_key = KEYS[5]
-local max_len, pairs = ARGV[7], tonumber(ARGV[8] or "0")
-local FIRST_PAIR = 9
+local max_len, pairs = ARGV[8], tonumber(ARGV[9] or "0")
+local FIRST_PAIR = 10
 
 local stored = redis.call("GET", release_key)
 if redis.call("GET", lock_key) ~= token then
@@ -31,15 +33,15 @@ end
 local what, first = "decided", FIRST_PAIR
 local marker = redis.call("GET", cancelled_key)
 if marker then
-  what, result, audit = "cancelled", cancelled_result, cancelled_audit
+  what, result, audit_end = "cancelled", cancelled_result, cancelled_audit_end
   first = FIRST_PAIR + 2 * pairs
   if marker == "http" then
     -- The cancel route set it: the record's last key says so (store::cancelled_by_http).
-    audit = string.gsub(audit, '"cancelled_by":[^,{}]*}$', '"cancelled_by":"http"}')
+    audit_end = string.gsub(audit_end, '"cancelled_by":[^,{}]*}$', '"cancelled_by":"http"}')
   end
 end
 redis.call("SET", release_key, result, "EX", ttl)
-redis.call("SET", audit_key, audit, "EX", ttl)
+redis.call("SET", audit_key, audit_head .. audit_end, "EX", ttl)
 redis.call("DEL", lock_key)
 local appended = "-"
 if decisions_key and pairs > 0 then
