@@ -40,6 +40,8 @@ pub enum SoakError {
     Start(#[from] StartError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("cannot start the soak's runtime: {0}")]
+    Runtime(std::io::Error),
     #[error("cannot build the HTTP client: {0}")]
     Client(#[from] reqwest::Error),
     #[error("cannot draw the plot: {0}")]
@@ -610,6 +612,16 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let deadline = Instant::now() + Duration::from_secs(args.duration);
+    // The releases are played on a runtime of their own, a thread per core: on the
+    // command's single-threaded runtime the driver (seeding, sending, reading answers) was
+    // the limit past about 1,000 releases/s, and its own queueing was measured as the
+    // harness's latency (`scripts/overload.sh`, scenario 2). The schedule stays here.
+    let players = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .thread_name("soak-player")
+        .enable_all()
+        .build()
+        .map_err(SoakError::Runtime)?;
     let mut tasks = tokio::task::JoinSet::new();
     let mut number = 0u64;
     let mut skipped = 0u64;
@@ -624,7 +636,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
         number += 1;
         shared.sent.fetch_add(1, Ordering::SeqCst);
         let scenario = only.unwrap_or_else(|| Scenario::pick(rand::random::<u32>()));
-        tasks.spawn(play(shared.clone(), number, scenario));
+        tasks.spawn_on(play(shared.clone(), number, scenario), players.handle());
         let second = shared.started.elapsed().as_secs();
         if second != last_second {
             last_second = second;
@@ -651,6 +663,9 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
     if drain.is_err() {
         shared.violation(format!("{} releases never answered", tasks.len()));
     }
+    tasks.abort_all();
+    // Not dropped here: dropping a runtime blocks, which an async context may not.
+    players.shutdown_background();
     let elapsed = shared.started.elapsed().as_secs_f64();
 
     let in_flight_everywhere = || async {
