@@ -13,8 +13,14 @@
 #               SAT_CLIENTS releases in flight, DURATION2 s), then 2 x S offered for DURATION2 s
 #               to the same process: goodput against S, p99 of admitted releases, and the
 #               harness's CPU per shed request.
+#   shed        the CPU of a shed request alone: a replica full with one release parked on a
+#               model that does not answer, SHED_RATE releases/s for 16 s (h2c, 32 connections;
+#               H2= for HTTP/1.1); the harness's CPU (utime + stime), system calls and context
+#               switches (perf stat, if it may) over the middle 10 s per request, beside the
+#               same figures for the same requests with a wrong token (401 before anything):
+#               the floor of a request the harness answers at all on this machine.
 #
-# The CPU per shed request is measured in scenario 1: the harness's CPU time (utime + stime)
+# The CPU per shed request is also estimated in scenario 1: the harness's CPU time (utime + stime)
 # over a window in which it sheds while its admitted releases wait on the model, less the
 # CPU of an equally long window after sending stopped (the same parked releases, their
 # marker polls and lease renewals, no sheds), divided by the requests shed in the first.
@@ -24,7 +30,10 @@
 #
 #   scripts/overload.sh [SCENARIOS="1 2"]
 #   RATE1=1000 DURATION1=20 MODEL_LATENCY_MS=30000 MAX_IN_FLIGHT1=2048   scenario 1
-#   DURATION2=15 SAT_CLIENTS=128 MAX_IN_FLIGHT2=32                       scenario 2
+#   DURATION2=15 SAT_CLIENTS=128 MAX_IN_FLIGHT2=8                        scenario 2
+#   SHED_RATE=1000 H2=--http2                                            shed
+#   PIN=1 ...   the harness on core 0, the soak and Redis on the others (scripts/lib.sh
+#               pin_cores): the harness's figures are its own, not the driver's
 #   DRIVER=path/to/release-harness ...   drives the soak with that build (no release build)
 #   BIN=path/to/release-harness ...   measures another build (e.g. before), driven by this one
 #       (a build without admission control ignores the new keys only if they are not set:
@@ -39,11 +48,14 @@ model_latency=${MODEL_LATENCY_MS:-30000}
 max_in_flight1=${MAX_IN_FLIGHT1:-2048}
 duration2=${DURATION2:-15}
 sat_clients=${SAT_CLIENTS:-128}
-max_in_flight2=${MAX_IN_FLIGHT2:-32}
+max_in_flight2=${MAX_IN_FLIGHT2:-8}
+shed_rate=${SHED_RATE:-1000}
+h2=${H2---http2}
 
 work=$(mktemp -d)
 trap 'cleanup "$work"' EXIT
 start_redis "$work"
+pin_cores
 serve_bin=${BIN:-}
 unset BIN
 # DRIVER=path: the build that drives the soak, instead of building this checkout's.
@@ -64,10 +76,13 @@ start_harness() {
   BASE="http://127.0.0.1:$PORT"
   local limits=()
   [ -n "${BEFORE:-}" ] || limits=(HARNESS__SERVER__MAX_IN_FLIGHT="$limit")
+  # The shed scenario's one admitted release waits as long as the measurement lasts.
+  [ "$name" != shed ] || limits+=(HARNESS__SEMANTIC_GUARD__TOTAL_TIMEOUT_MS=600000
+    HARNESS__SEMANTIC_GUARD__ATTEMPT_TIMEOUT_MS=600000)
   env HARNESS__REDIS__URL="$REDIS_URL" HARNESS__REDIS__KEY_PREFIX="$PREFIX" \
     HARNESS__SERVER__LISTEN="127.0.0.1:$PORT" HARNESS__SERVER__API_TOKEN=overload-token \
     HARNESS__SERVER__ACCEPT_H2C=true HARNESS__MODEL__BASE_URL="http://127.0.0.1:$MODEL_PORT" \
-    "${limits[@]}" RUST_LOG=error "$bin" serve >"$work/serve-$name.log" 2>&1 &
+    "${limits[@]}" RUST_LOG=error "${HARNESS_PIN[@]}" "$bin" serve >"$work/serve-$name.log" 2>&1 &
   PID=$!
   track "$PID"
   wait_ready "$BASE"
@@ -76,12 +91,12 @@ start_harness() {
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 metric_sum() { curl -s "$BASE/metrics" | awk -v m="$1" 'index($1, m) == 1 && ($1 == m || substr($1, length(m) + 1, 1) == "{") {s += $2} END {print s + 0}'; }
 
-# soak NAME RATE DURATION CLIENT_CAP LATENCY: the soak against the running harness.
+# soak NAME RATE DURATION CLIENT_CAP LATENCY [TOKEN]: the soak against the running harness.
 soak() {
-  HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=error "$driver" soak --overload --only supported \
-    --target "$BASE" --token overload-token --key-prefix "$PREFIX" \
+  HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=error "${LOAD_PIN[@]}" "$driver" soak --overload --only supported \
+    --target "$BASE" --token "${6:-overload-token}" --key-prefix "$PREFIX" \
     --model-listen "127.0.0.1:$MODEL_PORT" --model-latency-ms "$5" --rate "$2" \
-    --duration "$3" --max-in-flight "$4" --http2 --no-audit --pid "$PID" \
+    --duration "$3" --max-in-flight "$4" ${h2} --no-audit --pid "$PID" \
     --report-dir "$work/reports-$1" >"$work/report-$1.json" 2>"$work/soak-$1.log" || true
 }
 
@@ -169,6 +184,48 @@ print(f"  harness peak RSS {r['rss_max_kb'] / 1024:.0f} MB, "
 for v in r["violations"][:5]:
     print(f"  violation: {v}")
 PY
+    kill "$PID"; wait "$PID" 2>/dev/null || true
+    ;;
+  shed)
+    echo "==> shed: a full replica (server.max_in_flight 1, its release parked) sent ${shed_rate} releases/s, ${h2:-HTTP/1.1} ($bin)"
+    start_harness shed 1
+    for token in overload-token wrong-token; do
+      soak "shed-$token" "$shed_rate" 16 1000000 600000 "$token" &
+      soak_pid=$!
+      sleep 4
+      requests0=$(metric_sum harness_http_requests_total)
+      u0=$(awk '{print $14}' "/proc/$PID/stat"); k0=$(awk '{print $15}' "/proc/$PID/stat")
+      # System calls and context switches, where perf may count them (root, or
+      # kernel.perf_event_paranoid <= 1); otherwise only the CPU time.
+      if perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$PID" \
+        -o "$work/perf-$token.csv" -- sleep 10 >/dev/null 2>&1; then :; else sleep 10; fi
+      u1=$(awk '{print $14}' "/proc/$PID/stat"); k1=$(awk '{print $15}' "/proc/$PID/stat")
+      requests1=$(metric_sum harness_http_requests_total)
+      # The soak's own process (and its fake model, which holds the parked release) ends
+      # with the window.
+      pkill -TERM -P "$soak_pid" 2>/dev/null || true
+      wait "$soak_pid" 2>/dev/null || true
+      python3 - "$token" "$u0" "$u1" "$k0" "$k1" "$requests0" "$requests1" "$tck" "$work/perf-$token.csv" <<'PY'
+import os, sys
+token = sys.argv[1]
+u0, u1, k0, k1, r0, r1, tck = (float(x) for x in sys.argv[2:9])
+n = max(r1 - r0, 1)
+what = "shed (503 overloaded)" if token == "overload-token" else "refused (401, the floor)"
+line = (f"  {what:24}: {n:.0f} requests in 10 s; CPU {((u1 - u0) + (k1 - k0)) / tck / n * 1e6:.0f} us "
+        f"per request (user {(u1 - u0) / tck / n * 1e6:.0f}, system {(k1 - k0) / tck / n * 1e6:.0f})")
+counts = {}
+if os.path.exists(sys.argv[9]):
+    for row in open(sys.argv[9]):
+        cells = row.strip().split(",")
+        if len(cells) > 2 and cells[0].replace(".", "").isdigit():
+            counts[cells[2]] = float(cells[0])
+if counts:
+    line += (f"; {counts.get('raw_syscalls:sys_enter', 0) / n:.1f} system calls, "
+             f"{counts.get('context-switches', 0) / n:.1f} context switches per request")
+print(line)
+PY
+      sleep 2
+    done
     kill "$PID"; wait "$PID" 2>/dev/null || true
     ;;
   esac
