@@ -96,7 +96,7 @@ soak() {
   HARNESS__REDIS__URL="$REDIS_URL" RUST_LOG=error "${LOAD_PIN[@]}" "$driver" soak --overload --only supported \
     --target "$BASE" --token "${6:-overload-token}" --key-prefix "$PREFIX" \
     --model-listen "127.0.0.1:$MODEL_PORT" --model-latency-ms "$5" --rate "$2" \
-    --duration "$3" --max-in-flight "$4" ${h2} --no-audit --pid "$PID" \
+    --duration "$3" --max-in-flight "$4" ${h2} --no-audit --pid "$PID" ${PRESEED:-} \
     --report-dir "$work/reports-$1" >"$work/report-$1.json" 2>"$work/soak-$1.log" || true
 }
 
@@ -150,20 +150,25 @@ PY
     kill "$PID"; wait "$PID" 2>/dev/null || true
     ;;
   2)
-    echo "==> scenario 2: instant model; saturation with ${sat_clients} releases in flight, then 2x it, ${duration2} s each, server.max_in_flight ${max_in_flight2} ($bin)"
-    start_harness s2 "$max_in_flight2"
+    echo "==> scenario 2: instant model; saturation with ${sat_clients} releases in flight (server.max_in_flight ${sat_clients}), then 2x it at server.max_in_flight ${max_in_flight2}, ${duration2} s each ($bin)"
+    # S: the replica's throughput with nothing shed (its limit as high as the driver's).
+    start_harness sat "$sat_clients"
     c0=$(cpu_ticks "$PID")
-    soak sat 3000 "$duration2" "$sat_clients" 0
+    PRESEED=--preseed soak sat 3000 "$duration2" "$sat_clients" 0
     c1=$(cpu_ticks "$PID")
     sat=$(figure "$work/report-sat.json" 'round(r["overload"]["admitted"] / r["duration_s"], 1)')
     sat_answered=$(figure "$work/report-sat.json" 'r["overload"]["admitted"]')
+    sat_p99=$(figure "$work/report-sat.json" 'round(r["latency_ms"]["p99"], 1)')
+    kill "$PID"; wait "$PID" 2>/dev/null || true
     offered=$(python3 -c "print(round(2 * $sat, 1))")
-    s0=$(metric_sum harness_shed_total)
-    soak over "$offered" "$duration2" 1000000 0
+    start_harness s2 "$max_in_flight2"
     c2=$(cpu_ticks "$PID")
+    s0=$(metric_sum harness_shed_total)
+    PRESEED=--preseed soak over "$offered" "$duration2" 1000000 0
+    c2=$(( $(cpu_ticks "$PID") - c2 ))
     s1=$(metric_sum harness_shed_total)
     store_errors=$(metric_sum harness_store_errors_total)
-    python3 - "$work/report-over.json" "$sat" "$sat_answered" "$c0" "$c1" "$c2" "$s0" "$s1" "$tck" "$store_errors" "$offered" <<'PY'
+    python3 - "$work/report-over.json" "$sat" "$sat_answered" "$c0" "$c1" "$c2" "$s0" "$s1" "$tck" "$store_errors" "$offered" "$sat_p99" "$sat_clients" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 sat, sat_answered = float(sys.argv[2]), float(sys.argv[3])
@@ -173,7 +178,8 @@ o = r["overload"]
 per_release = (c1 - c0) / tck / max(sat_answered, 1)
 shed = max(s1 - s0, 1)
 lat = r["latency_ms"]
-print(f"  saturating throughput S = {sat:.0f} releases/s ({per_release * 1e6:.0f} us of harness CPU per release)")
+print(f"  saturating throughput S = {sat:.0f} releases/s ({per_release * 1e6:.0f} us of harness CPU per release; "
+      f"p99 {sys.argv[12]} ms with {int(float(sys.argv[13]))} in flight)")
 print(f"  offered {offered:.0f}/s: sent {r['sent']}, admitted {o['admitted']}, shed {o['shed']} "
       f"({o['shed_without_retry_after']} without Retry-After), 503 store errors {o['store_errors']}, other {o['other_errors']}")
 print(f"  goodput {o['goodput_per_s']:.0f}/s = {100 * o['goodput_per_s'] / max(sat, 1):.0f}% of S; "

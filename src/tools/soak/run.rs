@@ -135,6 +135,12 @@ pub struct SoakArgs {
     /// model queue). The report gains an `overload` section.
     #[arg(long)]
     pub overload: bool,
+    /// With `--only`: the records of every run the schedule can send (`--rate` x
+    /// `--duration`, at most 500,000) are written before the clock starts, so that the
+    /// driver's time goes to the releases alone (`scripts/overload.sh`: past saturation,
+    /// most runs are shed, and seeding each as it is sent took the cores the harness shares).
+    #[arg(long)]
+    pub preseed: bool,
 }
 
 /// What the request tasks share.
@@ -148,6 +154,8 @@ pub(super) struct Shared {
     fetch_audit: bool,
     /// `--overload`: shed answers are expected.
     overload: bool,
+    /// Runs 1 to this were seeded before the clock started (`--preseed`).
+    preseeded: u64,
     shed: AtomicU64,
     shed_without_retry_after: AtomicU64,
     shed_latencies: Mutex<Vec<f64>>,
@@ -188,24 +196,66 @@ impl Shared {
 }
 
 async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), SeedFailure> {
+    let mut conn = shared.redis.clone();
+    seed_records(&mut conn, &shared.prefix, shared.records_ttl_seconds, run, plan).await
+}
+
+/// Writes a run's records (and its cancel marker, if its plan sets one before the release)
+/// as the agent's tool layer would.
+async fn seed_records(
+    conn: &mut crate::store::RedisConnection,
+    prefix: &str,
+    ttl_seconds: u64,
+    run: &str,
+    plan: &RunPlan,
+) -> Result<(), SeedFailure> {
     if plan.invocations.is_empty() && !plan.marker_before {
         return Ok(());
     }
     let mut pipe = redis::pipe();
     if plan.marker_before {
-        pipe.set_ex(
-            format!("{}:run:{{{run}}}:cancelled", shared.prefix),
-            "1",
-            3600,
-        )
-        .ignore();
+        pipe.set_ex(format!("{prefix}:run:{{{run}}}:cancelled"), "1", 3600)
+            .ignore();
     }
     let records = AgentRecords::from_json(&plan.invocations, run)?;
-    let keys = Keys::new(&shared.prefix);
+    let keys = Keys::new(prefix);
     records.write_redis(&mut pipe, &keys, CallsLists::Append);
-    records.expire_redis(&mut pipe, &keys, shared.records_ttl_seconds);
-    let mut conn = shared.redis.clone();
-    Ok(pipe.query_async::<()>(&mut conn).await?)
+    records.expire_redis(&mut pipe, &keys, ttl_seconds);
+    Ok(pipe.query_async::<()>(conn).await?)
+}
+
+/// `--preseed`: the records of runs 1 to `count` of `scenario`, written before the clock
+/// starts, 64 runs at a time. Answers how many were written (all, or up to the first
+/// failure: the rest are seeded as they are sent).
+async fn preseed(
+    redis: &crate::store::RedisConnection,
+    prefix: &str,
+    ttl_seconds: u64,
+    session: &str,
+    scenario: Scenario,
+    count: u64,
+) -> u64 {
+    let mut seeded = 0;
+    let mut from = 1;
+    while from <= count {
+        let to = (from + 63).min(count);
+        let mut batch = tokio::task::JoinSet::new();
+        for number in from..=to {
+            let (mut conn, prefix) = (redis.clone(), prefix.to_string());
+            let run = format!("soak-{session}-{number}");
+            batch.spawn(async move {
+                let plan = scenario.plan(&run);
+                seed_records(&mut conn, &prefix, ttl_seconds, &run, &plan).await
+            });
+        }
+        let written = batch.join_all().await;
+        if written.iter().any(Result::is_err) {
+            return seeded;
+        }
+        seeded = to;
+        from = to + 1;
+    }
+    seeded
 }
 
 async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
@@ -216,13 +266,15 @@ async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
     }
     // Under chaos Redis may be paused: the agent's tool layer would retry its writes too.
     let seeding = Instant::now();
-    while let Err(e) = seed(&shared, &run, &plan).await {
-        if !shared.may_retry(seeding) {
-            shared.violation(format!("{run}: seeding failed: {e}"));
-            return;
+    if number > shared.preseeded {
+        while let Err(e) = seed(&shared, &run, &plan).await {
+            if !shared.may_retry(seeding) {
+                shared.violation(format!("{run}: seeding failed: {e}"));
+                return;
+            }
+            shared.retries.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        shared.retries.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let began = Instant::now();
     let canceller = plan.cancel_after.map(|after| {
@@ -547,6 +599,17 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
         })
         .collect::<Result<Vec<_>, _>>()?;
     let client = clients[0].clone();
+    let session = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp());
+    let preseeded = match (args.preseed, only) {
+        (true, Some(scenario)) => {
+            let count = (args.rate * args.duration as f64).ceil().clamp(0.0, 500_000.0) as u64;
+            let ttl = config.redis.result_ttl_seconds.get();
+            let seeded = preseed(&redis, &prefix, ttl, &session, scenario, count).await;
+            eprintln!("preseeded {seeded} of {count} runs");
+            seeded
+        }
+        _ => 0,
+    };
     let shared = Arc::new(Shared {
         clients,
         targets: targets.clone(),
@@ -562,7 +625,8 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
         token,
         prefix,
         records_ttl_seconds: config.redis.result_ttl_seconds.get(),
-        session: format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp()),
+        session,
+        preseeded,
         redis,
         started: Instant::now(),
         sent: AtomicU64::new(0),
