@@ -197,7 +197,14 @@ impl Shared {
 
 async fn seed(shared: &Shared, run: &str, plan: &RunPlan) -> Result<(), SeedFailure> {
     let mut conn = shared.redis.clone();
-    seed_records(&mut conn, &shared.prefix, shared.records_ttl_seconds, run, plan).await
+    seed_records(
+        &mut conn,
+        &shared.prefix,
+        shared.records_ttl_seconds,
+        run,
+        plan,
+    )
+    .await
 }
 
 /// Writes a run's records (and its cancel marker, if its plan sets one before the release)
@@ -602,7 +609,9 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
     let session = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp());
     let preseeded = match (args.preseed, only) {
         (true, Some(scenario)) => {
-            let count = (args.rate * args.duration as f64).ceil().clamp(0.0, 500_000.0) as u64;
+            let count = (args.rate * args.duration as f64)
+                .ceil()
+                .clamp(0.0, 500_000.0) as u64;
             let ttl = config.redis.result_ttl_seconds.get();
             let seeded = preseed(&redis, &prefix, ttl, &session, scenario, count).await;
             eprintln!("preseeded {seeded} of {count} runs");
