@@ -323,10 +323,13 @@ impl RunView {
         *slot = Some(json);
     }
 
-    /// The view as a JSON object, or None when nothing was put in it.
-    fn to_json(&self) -> Option<String> {
-        let query = self.query.as_deref()?;
-        let mut out = String::with_capacity(self.used + 96);
+    /// Appends the view as a JSON object to `out`, unless nothing was put in it (answers
+    /// whether it wrote). Written straight into the record: the view is its largest part.
+    fn write_json(&self, out: &mut String) -> bool {
+        let Some(query) = self.query.as_deref() else {
+            return false;
+        };
+        out.reserve(self.used + 96);
         out.push_str("{\"query\":");
         out.push_str(query);
         for (name, part) in [
@@ -342,7 +345,7 @@ impl RunView {
         out.push_str(",\"omitted\":");
         out.push_str(&json::to_string(&self.omitted).unwrap_or_else(|_| "[]".into()));
         out.push('}');
-        Some(out)
+        true
     }
 }
 
@@ -473,32 +476,32 @@ impl Audit {
     /// fit, the same number for each) and counts the others in `omitted`.
     pub fn to_json(&self, end: &AuditEnd) -> String {
         let end = end_json(end);
-        let mut json = self.bounded_head(self.view.to_json().as_deref(), end.len());
+        let mut json = self.bounded_head(&self.view, end.len());
         json.push_str(&end);
         json
     }
 
-    /// The record's keys before its end, with the console's `view` (already written) last:
-    /// `{…,"view":…,`. Each key is followed by a comma, so that an end's keys complete it.
-    fn head(&self, view: Option<&str>) -> String {
-        let extra = view.map_or(0, str::len);
-        let Ok(mut json) = json::to_string_sized(self, 1024 + extra) else {
+    /// The record's keys before its end, with the console's `view` last: `{…,"view":…,`.
+    /// Each key is followed by a comma, so that an end's keys complete it.
+    fn head(&self, view: &RunView) -> String {
+        let Ok(mut json) = json::to_string_sized(self, 1024 + view.used) else {
             return "{".into();
         };
         // An object with keys (`run_id`): `{…}` becomes `{…,`.
         json.pop();
         json.push(',');
-        if let Some(view) = view {
-            json.push_str("\"view\":");
-            json.push_str(view);
-            json.push(',');
+        let keys = json.len();
+        json.push_str("\"view\":");
+        match view.write_json(&mut json) {
+            true => json.push(','),
+            false => json.truncate(keys),
         }
         json
     }
 
     /// [`Self::head`], such that with an end of `end_len` bytes the record is at most
     /// [`MAX_AUDIT_BYTES`] (the view takes at most [`MAX_VIEW_BYTES`] of them).
-    fn bounded_head(&self, view: Option<&str>, end_len: usize) -> String {
+    fn bounded_head(&self, view: &RunView, end_len: usize) -> String {
         let whole = self.head(view);
         if whole.len() + end_len <= MAX_AUDIT_BYTES {
             return whole;
@@ -550,10 +553,7 @@ impl Audit {
     pub fn commit_json(&self, end: &AuditEnd) -> AuditJson {
         let decided = end_json(end);
         let cancelled = end_json(&end.cancelled_at_commit());
-        let head = self.bounded_head(
-            self.view.to_json().as_deref(),
-            decided.len().max(cancelled.len()),
-        );
+        let head = self.bounded_head(&self.view, decided.len().max(cancelled.len()));
         AuditJson {
             head,
             decided,

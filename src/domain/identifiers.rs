@@ -297,6 +297,24 @@ impl RunIdentifiers {
         self.pieces(&text).map(|piece| piece.masked()).collect()
     }
 
+    /// [`Self::mask`] of a text the caller owns: the text itself, not a copy, when nothing
+    /// in it is masked or changed (the audit's copy of a Draft, most of the time).
+    pub fn mask_owned(&self, text: String) -> String {
+        let unchanged = {
+            let shown = self.shown(&text);
+            let mut pieces = self.pieces(&shown);
+            matches!(shown, Cow::Borrowed(_))
+                && matches!(
+                    (pieces.next(), pieces.next()),
+                    (Some(Piece::Text(whole)), None) if whole.len() == text.len()
+                )
+        };
+        match unchanged {
+            true => text,
+            false => self.mask(&text),
+        }
+    }
+
     /// What a copy of `text` shows, in which identifiers are then masked: `text` without
     /// its invisible controls ([`visible`]), and NFKC-normalised ([`as_read`]) only when
     /// that form names an identifier the visible one hides (a fullwidth `ｃ－７`); otherwise
@@ -595,6 +613,16 @@ mod tests {
             let first = b.iter().find_map(Piece::found);
             proptest::prop_assert_eq!(a, b);
             proptest::prop_assert_eq!(fast.first_in(&text), first);
+        }
+
+        /// Masking an owned text answers what masking a borrowed one does, whether it keeps
+        /// the text (nothing to mask) or copies it.
+        #[test]
+        fn masking_an_owned_text_is_masking_it(
+            text in "[ca1.b:-P aiopsrunelé\"\u{200b}ｃ－]{0,60}",
+        ) {
+            let ids = RunIdentifiers::new(["c-1", "a.b"], "aiops");
+            proptest::prop_assert_eq!(ids.mask_owned(text.clone()), ids.mask(&text));
         }
     }
 

@@ -113,7 +113,7 @@ impl RunSupervisor {
                 // The audit may name call ids (the console shows what each analysis
                 // cites) but never quotes a Redis key: keys in the Draft's text are masked.
                 let keys = RunIdentifiers::new(std::iter::empty::<&str>(), &policy.key_prefix);
-                self.audit.view.put(ViewPart::Draft, keys.mask(&json));
+                self.audit.view.put(ViewPart::Draft, keys.mask_owned(json));
             }
         }
         let step = release::begin(stop_reason, draft, &evidence, &policy, &mut self.audit);
