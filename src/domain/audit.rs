@@ -323,14 +323,14 @@ impl RunView {
         *slot = Some(json);
     }
 
-    /// Appends the view as a JSON object to `out`, unless nothing was put in it (answers
-    /// whether it wrote). Written straight into the record: the view is its largest part.
-    fn write_json(&self, out: &mut String) -> bool {
+    /// Appends the record's `"view":{…},` key to `out`, unless nothing was put in the view.
+    /// Written straight into the record: the view is its largest part.
+    fn write_key(&self, out: &mut String) {
         let Some(query) = self.query.as_deref() else {
-            return false;
+            return;
         };
         out.reserve(self.used + 96);
-        out.push_str("{\"query\":");
+        out.push_str("\"view\":{\"query\":");
         out.push_str(query);
         for (name, part) in [
             ("draft", &self.draft),
@@ -344,8 +344,7 @@ impl RunView {
         }
         out.push_str(",\"omitted\":");
         out.push_str(&json::to_string(&self.omitted).unwrap_or_else(|_| "[]".into()));
-        out.push('}');
-        true
+        out.push_str("},");
     }
 }
 
@@ -490,12 +489,7 @@ impl Audit {
         // An object with keys (`run_id`): `{…}` becomes `{…,`.
         json.pop();
         json.push(',');
-        let keys = json.len();
-        json.push_str("\"view\":");
-        match view.write_json(&mut json) {
-            true => json.push(','),
-            false => json.truncate(keys),
-        }
+        view.write_key(&mut json);
         json
     }
 

@@ -178,7 +178,8 @@ impl Application {
         };
         let tcp = TcpListener::bind(&config.server.listen).map_err(bind_error)?;
         let port = tcp.local_addr().map_err(bind_error)?.port();
-        let state = web::Data::new(AppState {
+        // What every worker's handlers share, each worker with its own store (below).
+        let state = AppState {
             shards: shards.clone(),
             store: store.clone(),
             config: config.clone(),
@@ -187,7 +188,7 @@ impl Application {
             admission: harness.admission.clone(),
             gate: harness.gate.clone(),
             replica: harness.replica.clone(),
-        });
+        };
         let worker_shards = shards.clone();
         let ready_gate = harness.gate.clone();
         let make_app = move || {
@@ -203,7 +204,7 @@ impl Application {
             // each shed release; issue 31).
             let worker_state = web::Data::new(AppState {
                 store: worker.store.clone(),
-                ..state.get_ref().clone()
+                ..state.clone()
             });
             let registry = RunRegistry::new(worker).start();
             worker_shards.add(registry.clone());

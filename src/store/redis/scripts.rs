@@ -166,7 +166,7 @@ pub(super) struct CommitArgs<'a> {
     pub audit_end: &'a str,
     pub cancelled_result: &'a str,
     pub cancelled_audit_end: &'a str,
-    /// KEYS[5] and ARGV[7..]: the decision stream and the entries to append to it, on a
+    /// KEYS[5] and ARGV[8..]: the decision stream and the entries to append to it, on a
     /// single node only (a cluster script may not touch the stream's slot).
     pub decision: Option<(String, DecisionEntry<'a>)>,
 }

@@ -231,6 +231,11 @@ async fn seed_records(
     Ok(pipe.query_async::<()>(conn).await?)
 }
 
+/// The id of the soak's `number`th run: every soak session's runs are its own.
+fn run_id(session: &str, number: u64) -> String {
+    format!("soak-{session}-{number}")
+}
+
 /// `--preseed`: the records of runs 1 to `count` of `scenario`, written before the clock
 /// starts, 64 runs at a time. Answers how many were written (all, or up to the first
 /// failure: the rest are seeded as they are sent).
@@ -249,7 +254,7 @@ async fn preseed(
         let mut batch = tokio::task::JoinSet::new();
         for number in from..=to {
             let (mut conn, prefix) = (redis.clone(), prefix.to_string());
-            let run = format!("soak-{session}-{number}");
+            let run = run_id(session, number);
             batch.spawn(async move {
                 let plan = scenario.plan(&run);
                 seed_records(&mut conn, &prefix, ttl_seconds, &run, &plan).await
@@ -266,7 +271,7 @@ async fn preseed(
 }
 
 async fn play(shared: Arc<Shared>, number: u64, scenario: Scenario) {
-    let run = format!("soak-{}-{number}", shared.session);
+    let run = run_id(&shared.session, number);
     let plan = scenario.plan(&run);
     if let Ok(mut s) = shared.scenarios.lock() {
         *s.entry(scenario.name().into()).or_default() += 1;
