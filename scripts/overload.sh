@@ -10,9 +10,10 @@
 #               peak RSS, peak open descriptors, store errors, and whether admitted releases
 #               ended by their total timeout.
 #   scenario 2  a fast model (instant): first the saturating throughput S (the soak capped at
-#               SAT_CLIENTS releases in flight, DURATION2 s), then 2 x S offered for DURATION2 s
-#               to the same process: goodput against S, p99 of admitted releases, and the
-#               harness's CPU per shed request.
+#               SAT_CLIENTS releases in flight, DURATION2 s, on a replica that sheds nothing),
+#               then 2 x S offered for DURATION2 s to a replica at MAX_IN_FLIGHT2: goodput
+#               against S, p99 of admitted releases. Both soaks seed their runs first
+#               (`soak --preseed`).
 #   shed        the CPU of a shed request alone: a replica full with one release parked on a
 #               model that does not answer, SHED_RATE releases/s for 16 s (h2c, 32 connections;
 #               H2= for HTTP/1.1); the harness's CPU (utime + stime), system calls and context
@@ -162,24 +163,20 @@ PY
     kill "$PID"; wait "$PID" 2>/dev/null || true
     offered=$(python3 -c "print(round(2 * $sat, 1))")
     start_harness s2 "$max_in_flight2"
-    c2=$(cpu_ticks "$PID")
-    s0=$(metric_sum harness_shed_total)
     PRESEED=--preseed soak over "$offered" "$duration2" 1000000 0
-    c2=$(( $(cpu_ticks "$PID") - c2 ))
-    s1=$(metric_sum harness_shed_total)
     store_errors=$(metric_sum harness_store_errors_total)
-    python3 - "$work/report-over.json" "$sat" "$sat_answered" "$c0" "$c1" "$c2" "$s0" "$s1" "$tck" "$store_errors" "$offered" "$sat_p99" "$sat_clients" <<'PY'
+    python3 - "$work/report-over.json" "$sat" "$sat_answered" "$c0" "$c1" "$tck" "$store_errors" "$offered" "$sat_p99" "$sat_clients" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 sat, sat_answered = float(sys.argv[2]), float(sys.argv[3])
-c0, c1, c2, s0, s1, tck = (float(x) for x in sys.argv[4:10])
-store_errors, offered = float(sys.argv[10]), float(sys.argv[11])
+c0, c1, tck = (float(x) for x in sys.argv[4:7])
+store_errors, offered = float(sys.argv[7]), float(sys.argv[8])
+sat_p99, sat_clients = sys.argv[9], int(sys.argv[10])
 o = r["overload"]
 per_release = (c1 - c0) / tck / max(sat_answered, 1)
-shed = max(s1 - s0, 1)
 lat = r["latency_ms"]
 print(f"  saturating throughput S = {sat:.0f} releases/s ({per_release * 1e6:.0f} us of harness CPU per release; "
-      f"p99 {sys.argv[12]} ms with {int(float(sys.argv[13]))} in flight)")
+      f"p99 {sat_p99} ms with {sat_clients} in flight)")
 print(f"  offered {offered:.0f}/s: sent {r['sent']}, admitted {o['admitted']}, shed {o['shed']} "
       f"({o['shed_without_retry_after']} without Retry-After), 503 store errors {o['store_errors']}, other {o['other_errors']}")
 print(f"  goodput {o['goodput_per_s']:.0f}/s = {100 * o['goodput_per_s'] / max(sat, 1):.0f}% of S; "
