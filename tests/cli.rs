@@ -421,3 +421,42 @@ fn with_h2c_healthz_is_served_under_a_descriptor_limit_with_twice_as_many_idle_c
         2 * limit
     );
 }
+
+#[test]
+fn a_preseeded_soak_releases_every_run_from_the_records_written_before_its_clock() {
+    // `--preseed` writes runs 1..=rate x duration first, and a played run then skips its own
+    // seeding: a run seeded under another id, or one skipped but never seeded, would end
+    // FALLBACK (its cited calls missing) and fail the soak with a violation.
+    let dir = tempfile::tempdir().unwrap();
+    let out = harness(
+        &[
+            "soak",
+            "--only",
+            "supported",
+            "--preseed",
+            "--rate",
+            "10",
+            "--duration",
+            "2",
+            "--model-latency-ms",
+            "0",
+            "--no-audit",
+            "--report-dir",
+            &dir.path().display().to_string(),
+        ],
+        &[("HARNESS__REDIS__URL", &redis_url())],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("preseeded 20 of 20 runs"), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sent = report["sent"].as_u64().unwrap();
+    // The schedule's first tick is at once, so a 21st run is usually sent: it is not among
+    // the preseeded ones and is seeded as it is sent.
+    assert!(sent >= 20, "{report}");
+    assert_eq!(
+        report["outcomes"]["SUCCESS"].as_u64(),
+        Some(sent),
+        "{report}"
+    );
+}
