@@ -14,9 +14,9 @@ use common::{redis_url, unique_prefix};
 use redis::AsyncCommands;
 use release_harness::config::Config;
 use release_harness::domain::audit::{AuditJson, CancelSource};
-use release_harness::domain::decision::DecisionFilter;
+use release_harness::domain::decision::{Decision, DecisionFilter, Values};
 use release_harness::domain::evidence_guard::RunEvidence;
-use release_harness::domain::release::Outcome;
+use release_harness::domain::release::{FallbackType, Outcome};
 use release_harness::store::{
     Appended, Begin, CancelAnswer, Commit, Committed, DecisionEntry, MemoryStore, Reading,
     RecordLimits, RedisStore, Store, StoreError, Watch, Watched,
@@ -809,33 +809,31 @@ async fn hostile_calls_lists_give_the_same_evidence_from_redis_and_from_memory()
     assert!(!all.records.contains_key(&over_long));
 }
 
-/// A decision entry's flat fields for `run` with `outcome`.
-fn entry(run: &str, outcome: &str) -> Vec<String> {
-    [
-        "run_id",
-        run,
-        "outcome",
+/// A decision entry's values for `run`, decided with `outcome` and `fallback_type`.
+fn entry(run: &str, outcome: Outcome, fallback_type: Option<FallbackType>) -> Values {
+    Decision {
+        run_id: run,
         outcome,
-        "fallback_type",
-        "none",
-        "verdict",
-        "none",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+        fallback_type,
+        replica: "h-1",
+        time: "2026-12-08T00:00:00Z",
+        total_ms: 1.5,
+        overhead_ms: 0.5,
+        verdict: Some("SUPPORTED"),
+        model_attempts: 1,
+    }
+    .values()
 }
 
 #[actix_rt::test]
 async fn a_commit_appends_its_stored_result_s_decision_once_in_both_stores() {
     let prefix = unique_prefix("decisions");
     for store in stores(&prefix) {
-        let (decided, cancelled) = (entry("r-d", "SUCCESS"), entry("r-d", "CANCELLED"));
+        let decided = entry("r-d", Outcome::Success, None);
         let with_entry = |result| Commit {
             decision: Some(DecisionEntry {
                 max_len: 1000,
-                decided: &decided,
-                cancelled: &cancelled,
+                values: &decided,
             }),
             ..commit(result)
         };
@@ -850,8 +848,13 @@ async fn a_commit_appends_its_stored_result_s_decision_once_in_both_stores() {
             begin(&store, "r-d", "me/2").await,
             Begin::Stored(_)
         ));
-        // A marker at the commit: the CANCELLED entry goes with the CANCELLED result.
-        let (decided_x, cancelled_x) = (entry("r-x", "SUCCESS"), entry("r-x", "CANCELLED"));
+        // A marker at the commit: the CANCELLED entry goes with the CANCELLED result (the
+        // decided entry's values with the cancelled fields in place).
+        let decided_x = entry(
+            "r-x",
+            Outcome::Fallback,
+            Some(FallbackType::SemanticUnsupported),
+        );
         begin(&store, "r-x", "me/1").await;
         store.cancel("r-x").await.unwrap();
         let (committed, _) = store
@@ -861,8 +864,7 @@ async fn a_commit_appends_its_stored_result_s_decision_once_in_both_stores() {
                 &Commit {
                     decision: Some(DecisionEntry {
                         max_len: 1000,
-                        decided: &decided_x,
-                        cancelled: &cancelled_x,
+                        values: &decided_x,
                     }),
                     ..commit("{}")
                 },
@@ -888,6 +890,10 @@ async fn a_commit_appends_its_stored_result_s_decision_once_in_both_stores() {
             .map(|d| (d.run_id.as_str(), d.outcome.as_str()))
             .collect();
         assert_eq!(runs, [("r-x", "CANCELLED"), ("r-d", "SUCCESS")]);
+        let cancelled = &page.decisions[0];
+        assert_eq!(cancelled.fallback_type, None);
+        assert_eq!(cancelled.verdict.as_deref(), Some("SUPPORTED"));
+        assert_eq!(cancelled.total_ms, Some(1.5));
         let only = DecisionFilter {
             outcome: Some(Outcome::Success),
             fallback_type: None,

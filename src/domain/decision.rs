@@ -42,11 +42,19 @@ pub struct Decision<'a> {
     pub model_attempts: usize,
 }
 
+/// The fields in which the entry of a release stored CANCELLED (the cancel marker found at
+/// the commit) differs from its decided entry, with their values there
+/// ([`Decision::cancelled`]). The commit sends one entry's values and these, not two entries.
+pub const CANCELLED_FIELDS: [(&str, &str); 2] =
+    [("outcome", "CANCELLED"), ("fallback_type", "none")];
+
+/// An entry's values, in [`FIELDS`] order.
+pub type Values = [String; FIELDS.len()];
+
 impl Decision<'_> {
-    /// The entry's field/value pairs, flat (`name, value, name, value, …`), in [`FIELDS`]
-    /// order. Absent values are `none`.
-    pub fn fields(&self) -> Vec<String> {
-        let values = [
+    /// The entry's values, in [`FIELDS`] order. Absent values are `none`.
+    pub fn values(&self) -> Values {
+        [
             self.run_id.to_string(),
             self.outcome.as_str().to_string(),
             self.fallback_type
@@ -58,13 +66,7 @@ impl Decision<'_> {
             format!("{:.3}", self.overhead_ms),
             self.verdict.unwrap_or("none").to_string(),
             self.model_attempts.to_string(),
-        ];
-        let mut flat = Vec::with_capacity(2 * FIELDS.len());
-        for (name, value) in FIELDS.iter().zip(values) {
-            flat.push((*name).to_string());
-            flat.push(value);
-        }
-        flat
+        ]
     }
 
     /// The same release, stored CANCELLED instead (the marker was found at the commit).
@@ -75,6 +77,22 @@ impl Decision<'_> {
             ..self.clone()
         }
     }
+}
+
+/// An entry's field/value pairs, flat (`name, value, name, value, …`), in [`FIELDS`] order:
+/// the decided entry of `values`, or with `cancelled` its CANCELLED entry
+/// ([`CANCELLED_FIELDS`] in place).
+pub fn flat(values: &Values, cancelled: bool) -> Vec<String> {
+    let mut flat = Vec::with_capacity(2 * FIELDS.len());
+    for (name, value) in FIELDS.iter().zip(values) {
+        let value = CANCELLED_FIELDS
+            .iter()
+            .find(|(field, _)| cancelled && field == name)
+            .map_or(value.as_str(), |(_, v)| v);
+        flat.push((*name).to_string());
+        flat.push(value.to_string());
+    }
+    flat
 }
 
 /// A stream entry as read back and answered by `GET /v1/decisions`.
@@ -236,6 +254,10 @@ mod tests {
         }
     }
 
+    fn fields(decision: &Decision<'_>) -> Vec<String> {
+        flat(&decision.values(), false)
+    }
+
     fn read(flat: &[String]) -> DecisionRecord {
         let pairs = flat.chunks(2).map(|p| (p[0].as_str(), p[1].as_str()));
         DecisionRecord::from_fields("5-0", pairs)
@@ -243,7 +265,7 @@ mod tests {
 
     #[test]
     fn an_entry_reads_back_as_written() {
-        let record = read(&decision().fields());
+        let record = read(&fields(&decision()));
         assert_eq!(record.run_id, "r-1");
         assert_eq!(record.outcome, "FALLBACK");
         assert_eq!(
@@ -254,9 +276,31 @@ mod tests {
         assert_eq!(record.overhead_ms, Some(1.25));
         assert_eq!(record.verdict.as_deref(), Some("UNSUPPORTED"));
         assert_eq!(record.model_attempts, Some(1));
-        let cancelled = read(&decision().cancelled().fields());
+        let cancelled = read(&flat(&decision().values(), true));
         assert_eq!(cancelled.outcome, "CANCELLED");
         assert_eq!(cancelled.fallback_type, None);
+    }
+
+    #[test]
+    fn the_cancelled_entry_is_the_decided_one_with_the_cancelled_fields_in_place() {
+        for outcome in [Outcome::Success, Outcome::Fallback, Outcome::Cancelled] {
+            for fallback_type in [None, Some(FallbackType::SemanticUnsupported)] {
+                let decided = Decision {
+                    outcome,
+                    fallback_type,
+                    verdict: None,
+                    ..decision()
+                };
+                assert_eq!(
+                    flat(&decided.values(), true),
+                    fields(&decided.cancelled()),
+                    "{outcome:?} {fallback_type:?}"
+                );
+            }
+        }
+        for (name, _) in CANCELLED_FIELDS {
+            assert!(FIELDS.contains(&name), "{name}");
+        }
     }
 
     #[test]
@@ -278,7 +322,7 @@ mod tests {
 
     #[test]
     fn filters_match_outcome_and_fallback_type() {
-        let record = read(&decision().fields());
+        let record = read(&fields(&decision()));
         let mut filter = DecisionFilter::default();
         assert!(filter.matches(&record));
         filter.outcome = Some(Outcome::Fallback);

@@ -197,11 +197,7 @@ impl MemoryStore {
         data.results
             .insert(run.to_string(), (result.to_string(), audit));
         if let Some(entry) = commit.decision {
-            let fields = match marker {
-                Some(_) => entry.cancelled,
-                None => entry.decided,
-            };
-            push_decision(&mut data, entry.max_len, fields);
+            push_decision(&mut data, entry.max_len, &entry.flat(marker.is_some()));
         }
         let committed = match marker {
             Some(source) => Committed::Cancelled(source),

@@ -34,7 +34,7 @@ pub fn new_lock_token(replica: &str) -> String {
 }
 
 use crate::domain::audit::{AuditJson, CancelSource};
-use crate::domain::decision::{DecisionFilter, DecisionRecord, StreamId};
+use crate::domain::decision::{self, DecisionFilter, DecisionRecord, StreamId, Values};
 use crate::domain::evidence_guard::{Rule, RunEvidence};
 use crate::domain::invocation::{CallRejection, RawRecord, MAX_CALL_ID_BYTES};
 use crate::telemetry;
@@ -160,19 +160,25 @@ pub struct Commit<'a> {
     pub result: &'a str,
     pub cancelled_result: &'a str,
     pub audit: &'a AuditJson,
-    /// The decision stream's entry for each of the two results (flat field/value pairs,
-    /// [`crate::domain::decision::Decision::fields`]), appended after the result is
-    /// stored, never for a result already stored.
+    /// The decision stream's entry of the result stored ([`DecisionEntry`]), appended after
+    /// the result is stored, never for a result already stored.
     pub decision: Option<DecisionEntry<'a>>,
 }
 
-/// The entries a commit appends to `P:decisions` (`XADD … MAXLEN ~ max_len`): `decided`
-/// with the decided result, `cancelled` with the CANCELLED one.
+/// The entry a commit appends to `P:decisions` (`XADD … MAXLEN ~ max_len`) with the result it
+/// stores: the decided entry's `values`, or for the CANCELLED result the same with
+/// [`decision::CANCELLED_FIELDS`] in place.
 #[derive(Debug, Clone, Copy)]
 pub struct DecisionEntry<'a> {
     pub max_len: u64,
-    pub decided: &'a [String],
-    pub cancelled: &'a [String],
+    pub values: &'a Values,
+}
+
+impl DecisionEntry<'_> {
+    /// The flat field/value pairs of the entry for the result stored.
+    pub fn flat(&self, cancelled: bool) -> Vec<String> {
+        decision::flat(self.values, cancelled)
+    }
 }
 
 /// What became of a commit's decision entry ([`Store::commit`]).

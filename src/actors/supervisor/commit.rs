@@ -7,7 +7,7 @@ use actix::{ActorContext, ActorFutureExt, AsyncContext, Context, WrapFuture};
 use super::{Lock, RunEvent, RunNotice, RunSupervisor, Stage};
 use crate::actors::{ReleaseError, Released, StepTimes};
 use crate::domain::audit::{millis, AttemptOutcome, AuditEnd, CancelSource, ModelAttempt};
-use crate::domain::decision::Decision;
+use crate::domain::decision::{self, Decision};
 use crate::domain::json;
 use crate::domain::release::ReleaseResult;
 use crate::store::{Appended, Commit, Committed, DecisionEntry};
@@ -93,7 +93,7 @@ impl RunSupervisor {
             verdict: self.audit.verdict.as_ref().map(|v| v.verdict),
             model_attempts: self.audit.model_attempts.len(),
         };
-        let (decided_entry, cancelled_entry) = (decision.fields(), decision.cancelled().fields());
+        let values = decision.values();
         let max_len = self.harness.config.decisions.max_len;
         let store = self.harness.store.clone();
         let token = self.token.clone();
@@ -105,16 +105,19 @@ impl RunSupervisor {
                 audit: &audit_json,
                 decision: Some(DecisionEntry {
                     max_len: max_len.get(),
-                    decided: &decided_entry,
-                    cancelled: &cancelled_entry,
+                    values: &values,
                 }),
             };
             let began = std::time::Instant::now();
             let committed = store.commit(&run_id, &token, &commit).await;
             let took = began.elapsed();
             let deferred = match &committed {
-                Ok((Committed::Decided, Appended::Deferred)) => Some(decided_entry),
-                Ok((Committed::Cancelled(_), Appended::Deferred)) => Some(cancelled_entry),
+                Ok((Committed::Decided, Appended::Deferred)) => {
+                    Some(decision::flat(&values, false))
+                }
+                Ok((Committed::Cancelled(_), Appended::Deferred)) => {
+                    Some(decision::flat(&values, true))
+                }
                 _ => None,
             };
             (

@@ -6,6 +6,7 @@
 use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, Script};
 
+use crate::domain::decision::{CANCELLED_FIELDS, FIELDS};
 use crate::domain::invocation::RECORD_FIELDS;
 use crate::store::DecisionEntry;
 
@@ -166,8 +167,9 @@ pub(super) struct CommitArgs<'a> {
     pub audit_end: &'a str,
     pub cancelled_result: &'a str,
     pub cancelled_audit_end: &'a str,
-    /// KEYS[5] and ARGV[8..]: the decision stream and the entries to append to it, on a
-    /// single node only (a cluster script may not touch the stream's slot).
+    /// KEYS[5] and ARGV[8..]: the decision stream and the entry to append to it (the
+    /// decided entry's pairs, then the pairs the CANCELLED entry replaces), on a single node
+    /// only (a cluster script may not touch the stream's slot).
     pub decision: Option<(String, DecisionEntry<'a>)>,
 }
 
@@ -184,11 +186,11 @@ impl CommitArgs<'_> {
         ];
         let entry_bytes = self.decision.as_ref().map_or(0, |(key, entry)| {
             key.len()
-                + entry
-                    .decided
+                + FIELDS.iter().map(|f| f.len()).sum::<usize>()
+                + entry.values.iter().map(String::len).sum::<usize>()
+                + CANCELLED_FIELDS
                     .iter()
-                    .chain(entry.cancelled)
-                    .map(String::len)
+                    .map(|(f, v)| f.len() + v.len())
                     .sum::<usize>()
                 + 32
         });
@@ -196,8 +198,8 @@ impl CommitArgs<'_> {
             + texts.iter().map(|t| t.len()).sum::<usize>()
             + entry_bytes
             + 64;
-        let (entry_keys, entry_args) = self.decision.as_ref().map_or((0, 0), |(_, entry)| {
-            (1, 2 + entry.decided.len() + entry.cancelled.len())
+        let (entry_keys, entry_args) = self.decision.as_ref().map_or((0, 0), |_| {
+            (1, 2 + 2 * FIELDS.len() + 2 * CANCELLED_FIELDS.len())
         });
         let mut cmd = evalsha(
             script,
@@ -217,10 +219,13 @@ impl CommitArgs<'_> {
             .arg(self.cancelled_result)
             .arg(self.cancelled_audit_end);
         if let Some((_, entry)) = &self.decision {
-            cmd.arg(entry.max_len)
-                .arg(entry.decided.len() / 2)
-                .arg(entry.decided)
-                .arg(entry.cancelled);
+            cmd.arg(entry.max_len).arg(FIELDS.len());
+            for (name, value) in FIELDS.iter().zip(entry.values) {
+                cmd.arg(*name).arg(value);
+            }
+            for (name, value) in CANCELLED_FIELDS {
+                cmd.arg(name).arg(value);
+            }
         }
         cmd
     }
@@ -326,6 +331,8 @@ pub(super) fn forgot_script(e: &RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::decision::Decision;
+    use crate::domain::release::Outcome;
 
     /// The number of positions each `.lua` file names at its top matches its builder.
     #[test]
@@ -381,22 +388,33 @@ mod tests {
             decision: None,
         };
         assert_eq!(args(&commit.command(&Scripts::new().commit)), 3 + 4 + 7);
-        let pairs = ["run_id".to_string(), "r".to_string()];
+        let values = Decision {
+            run_id: "r",
+            outcome: Outcome::Success,
+            fallback_type: None,
+            replica: "h",
+            time: "t",
+            total_ms: 1.0,
+            overhead_ms: 1.0,
+            verdict: None,
+            model_attempts: 0,
+        }
+        .values();
         let with_entry = CommitArgs {
             decision: Some((
                 "d".into(),
                 DecisionEntry {
                     max_len: 10,
-                    decided: &pairs,
-                    cancelled: &pairs,
+                    values: &values,
                 },
             )),
             ..commit
         };
-        // Then the stream key, its length, the number of pairs and both entries' pairs.
+        // Then the stream key, its length, the number of pairs, the decided entry's pairs
+        // and the CANCELLED entry's two.
         assert_eq!(
             args(&with_entry.command(&Scripts::new().commit)),
-            3 + 5 + 7 + 2 + 4
+            3 + 5 + 7 + 2 + 2 * 9 + 2 * 2
         );
         assert!(COMMIT.contains("KEYS[5]") && COMMIT.contains("ARGV[9]"));
         assert!(COMMIT.contains("local FIRST_PAIR = 10"));

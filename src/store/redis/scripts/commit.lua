@@ -6,8 +6,9 @@
 -- followed by the end of the result stored.
 -- Then, on a single node, it appends the stored result's entry to the decision stream
 -- (KEYS[5], when given: XADD ... MAXLEN ~ ARGV[8] with the ARGV[9] field/value pairs of the
--- decided entry from ARGV[10], then those of the CANCELLED entry), so a stored result has its
--- entry exactly once and a result already stored gets none. The append is a pcall: its
+-- decided entry from ARGV[10]; for the CANCELLED result, the pairs after them replace the
+-- values of the fields they name), so a stored result has its entry exactly once and a
+-- result already stored gets none. The append is a pcall: its
 -- failure is answered, never undoes the commit.
 -- Answers {what, stored result or "", appended}: what = decided | cancelled | stored | lost;
 -- for cancelled, the marker's value instead of the stored result (`http` when the cancel
@@ -30,11 +31,10 @@ if stored then
   redis.call("DEL", lock_key)
   return {"stored", stored, "-"}
 end
-local what, first = "decided", FIRST_PAIR
+local what = "decided"
 local marker = redis.call("GET", cancelled_key)
 if marker then
   what, result, audit_end = "cancelled", cancelled_result, cancelled_audit_end
-  first = FIRST_PAIR + 2 * pairs
   if marker == "http" then
     -- The cancel route set it: the record's last key says so (store::cancelled_by_http).
     audit_end = string.gsub(audit_end, '"cancelled_by":[^,{}]*}$', '"cancelled_by":"http"}')
@@ -46,7 +46,15 @@ redis.call("DEL", lock_key)
 local appended = "-"
 if decisions_key and pairs > 0 then
   local xadd = {"XADD", decisions_key, "MAXLEN", "~", max_len, "*"}
-  for i = first, first + 2 * pairs - 1 do xadd[#xadd + 1] = ARGV[i] end
+  local FIRST_NAME = #xadd + 1
+  for i = FIRST_PAIR, FIRST_PAIR + 2 * pairs - 1 do xadd[#xadd + 1] = ARGV[i] end
+  if marker then
+    for i = FIRST_PAIR + 2 * pairs, #ARGV - 1, 2 do
+      for name = FIRST_NAME, #xadd - 1, 2 do
+        if xadd[name] == ARGV[i] then xadd[name + 1] = ARGV[i + 1] end
+      end
+    end
+  end
   local added = redis.pcall(unpack(xadd))
   if type(added) == "table" and added.err then
     appended = added.err
