@@ -19,7 +19,9 @@
 #               H2= for HTTP/1.1); the harness's CPU (utime + stime), system calls and context
 #               switches (perf stat, if it may) over the middle 10 s per request, beside the
 #               same figures for the same requests with a wrong token (401 before anything):
-#               the floor of a request the harness answers at all on this machine.
+#               the cheapest request the harness answers at all; and, over h2c, beside a
+#               bare h2 server with no harness and no actix code (examples/h2c_floor.rs:
+#               tokio + h2, reads the body, answers 401): the machine's floor.
 #
 # The CPU per shed request is also estimated in scenario 1: the harness's CPU time (utime + stime)
 # over a window in which it sheds while its admitted releases wait on the model, less the
@@ -192,29 +194,48 @@ PY
   shed)
     echo "==> shed: a full replica (server.max_in_flight 1, its release parked) sent ${shed_rate} releases/s, ${h2:-HTTP/1.1} ($bin)"
     start_harness shed 1
-    for token in overload-token wrong-token; do
-      soak "shed-$token" "$shed_rate" 16 1000000 600000 "$token" &
+    # The bare h2c floor (examples/h2c_floor.rs): no harness, no actix; h2c only.
+    floor_bin=""
+    if [ -n "$h2" ]; then
+      cargo build --release --locked --quiet --example h2c_floor
+      floor_bin=target/release/examples/h2c_floor
+    fi
+    for token in overload-token wrong-token floor; do
+      server=$PID target=$BASE count=(metric_sum harness_http_requests_total)
+      if [ "$token" = floor ]; then
+        [ -n "$floor_bin" ] || continue
+        floor_port=$(free_port)
+        "${HARNESS_PIN[@]}" "$floor_bin" "127.0.0.1:$floor_port" &
+        server=$!
+        track "$server"
+        target="http://127.0.0.1:$floor_port"
+        count=(curl -s --http2-prior-knowledge "$target/requests")
+        sleep 0.5
+      fi
+      BASE=$target soak "shed-$token" "$shed_rate" 16 1000000 600000 "$token" &
       soak_pid=$!
       sleep 4
-      requests0=$(metric_sum harness_http_requests_total)
-      u0=$(awk '{print $14}' "/proc/$PID/stat"); k0=$(awk '{print $15}' "/proc/$PID/stat")
+      requests0=$("${count[@]}")
+      u0=$(awk '{print $14}' "/proc/$server/stat"); k0=$(awk '{print $15}' "/proc/$server/stat")
       # System calls and context switches, where perf may count them (root, or
       # kernel.perf_event_paranoid <= 1); otherwise only the CPU time.
-      if perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$PID" \
+      if perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$server" \
         -o "$work/perf-$token.csv" -- sleep 10 >/dev/null 2>&1; then :; else sleep 10; fi
-      u1=$(awk '{print $14}' "/proc/$PID/stat"); k1=$(awk '{print $15}' "/proc/$PID/stat")
-      requests1=$(metric_sum harness_http_requests_total)
+      u1=$(awk '{print $14}' "/proc/$server/stat"); k1=$(awk '{print $15}' "/proc/$server/stat")
+      requests1=$("${count[@]}")
       # The soak's own process (and its fake model, which holds the parked release) ends
       # with the window.
       pkill -TERM -P "$soak_pid" 2>/dev/null || true
       wait "$soak_pid" 2>/dev/null || true
+      [ "$token" != floor ] || { kill "$server"; wait "$server" 2>/dev/null || true; }
       python3 - "$token" "$u0" "$u1" "$k0" "$k1" "$requests0" "$requests1" "$tck" "$work/perf-$token.csv" <<'PY'
 import os, sys
 token = sys.argv[1]
 u0, u1, k0, k1, r0, r1, tck = (float(x) for x in sys.argv[2:9])
 n = max(r1 - r0, 1)
-what = "shed (503 overloaded)" if token == "overload-token" else "refused (401, the floor)"
-line = (f"  {what:24}: {n:.0f} requests in 10 s; CPU {((u1 - u0) + (k1 - k0)) / tck / n * 1e6:.0f} us "
+what = {"overload-token": "shed (503 overloaded)", "wrong-token": "refused (401)",
+        "floor": "bare h2c 401 (no harness)"}[token]
+line = (f"  {what:26}: {n:.0f} requests in 10 s; CPU {((u1 - u0) + (k1 - k0)) / tck / n * 1e6:.0f} us "
         f"per request (user {(u1 - u0) / tck / n * 1e6:.0f}, system {(k1 - k0) / tck / n * 1e6:.0f})")
 counts = {}
 if os.path.exists(sys.argv[9]):
