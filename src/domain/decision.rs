@@ -1,8 +1,8 @@
 //! One entry of the decision stream `P:decisions` (CONTRACT §1): what a consumer outside
 //! the harness (a review queue, a data pipeline, the console) reads of a committed release.
 //!
-//! Entry points: [`Decision::fields`] (the stream entry's field/value pairs, written by the
-//! fenced commit), [`DecisionRecord::from_fields`] (an entry as read back, leniently: the
+//! Entry points: [`Decision::values`] and [`CANCELLED_FIELDS`] (what the fenced commit
+//! writes; [`flat`] the field/value pairs of either entry), [`DecisionRecord::from_fields`] (an entry as read back, leniently: the
 //! stream is a shared key anyone with Redis access may write) and [`DecisionFilter`].
 
 use serde::Serialize;
@@ -43,8 +43,9 @@ pub struct Decision<'a> {
 }
 
 /// The fields in which the entry of a release stored CANCELLED (the cancel marker found at
-/// the commit) differs from its decided entry, with their values there
-/// ([`Decision::cancelled`]). The commit sends one entry's values and these, not two entries.
+/// the commit) differs from its decided entry, with their values there: outcome CANCELLED,
+/// no fallback type, everything else as decided. The commit sends one entry's values and
+/// these, not two entries.
 pub const CANCELLED_FIELDS: [(&str, &str); 2] =
     [("outcome", "CANCELLED"), ("fallback_type", "none")];
 
@@ -67,15 +68,6 @@ impl Decision<'_> {
             self.verdict.unwrap_or("none").to_string(),
             self.model_attempts.to_string(),
         ]
-    }
-
-    /// The same release, stored CANCELLED instead (the marker was found at the commit).
-    pub fn cancelled(&self) -> Decision<'_> {
-        Decision {
-            outcome: Outcome::Cancelled,
-            fallback_type: None,
-            ..self.clone()
-        }
     }
 }
 
@@ -291,9 +283,15 @@ mod tests {
                     verdict: None,
                     ..decision()
                 };
+                // The same release, stored CANCELLED instead.
+                let cancelled = Decision {
+                    outcome: Outcome::Cancelled,
+                    fallback_type: None,
+                    ..decided.clone()
+                };
                 assert_eq!(
                     flat(&decided.values(), true),
-                    fields(&decided.cancelled()),
+                    fields(&cancelled),
                     "{outcome:?} {fallback_type:?}"
                 );
             }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::agent_records::RecordFields;
 use super::{Appended, Begin, CallsList, Commit, Committed, LoadedRecords, Watch, Watched};
 use crate::domain::audit::CancelSource;
-use crate::domain::decision::{DecisionRecord, StreamId};
+use crate::domain::decision::{self, DecisionRecord, StreamId};
 use crate::domain::invocation::{RawRecord, MAX_CALL_ID_BYTES, RECORD_FIELDS};
 
 #[derive(Debug, Default)]
@@ -197,7 +197,11 @@ impl MemoryStore {
         data.results
             .insert(run.to_string(), (result.to_string(), audit));
         if let Some(entry) = commit.decision {
-            push_decision(&mut data, entry.max_len, &entry.flat(marker.is_some()));
+            push_decision(
+                &mut data,
+                entry.max_len,
+                &decision::flat(entry.values, marker.is_some()),
+            );
         }
         let committed = match marker {
             Some(source) => Committed::Cancelled(source),

@@ -34,7 +34,7 @@ pub fn new_lock_token(replica: &str) -> String {
 }
 
 use crate::domain::audit::{AuditJson, CancelSource};
-use crate::domain::decision::{self, DecisionFilter, DecisionRecord, StreamId, Values};
+use crate::domain::decision::{DecisionFilter, DecisionRecord, StreamId, Values};
 use crate::domain::evidence_guard::{Rule, RunEvidence};
 use crate::domain::invocation::{CallRejection, RawRecord, MAX_CALL_ID_BYTES};
 use crate::telemetry;
@@ -167,18 +167,12 @@ pub struct Commit<'a> {
 
 /// The entry a commit appends to `P:decisions` (`XADD … MAXLEN ~ max_len`) with the result it
 /// stores: the decided entry's `values`, or for the CANCELLED result the same with
-/// [`decision::CANCELLED_FIELDS`] in place.
+/// [`CANCELLED_FIELDS`](crate::domain::decision::CANCELLED_FIELDS) in place
+/// ([`decision::flat`](crate::domain::decision::flat)).
 #[derive(Debug, Clone, Copy)]
 pub struct DecisionEntry<'a> {
     pub max_len: u64,
     pub values: &'a Values,
-}
-
-impl DecisionEntry<'_> {
-    /// The flat field/value pairs of the entry for the result stored.
-    pub fn flat(&self, cancelled: bool) -> Vec<String> {
-        decision::flat(self.values, cancelled)
-    }
 }
 
 /// What became of a commit's decision entry ([`Store::commit`]).
