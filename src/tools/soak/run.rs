@@ -612,13 +612,21 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
         .collect::<Result<Vec<_>, _>>()?;
     let client = clients[0].clone();
     let session = format!("{}-{}", std::process::id(), chrono::Utc::now().timestamp());
+    let records_ttl_seconds = config.redis.result_ttl_seconds.get();
     let preseeded = match (args.preseed, only) {
         (true, Some(scenario)) => {
             let count = (args.rate * args.duration as f64)
                 .ceil()
                 .clamp(0.0, 500_000.0) as u64;
-            let ttl = config.redis.result_ttl_seconds.get();
-            let seeded = preseed(&redis, &prefix, ttl, &session, scenario, count).await;
+            let seeded = preseed(
+                &redis,
+                &prefix,
+                records_ttl_seconds,
+                &session,
+                scenario,
+                count,
+            )
+            .await;
             eprintln!("preseeded {seeded} of {count} runs");
             seeded
         }
@@ -638,7 +646,7 @@ pub async fn run(args: SoakArgs, mut config: Config) -> Result<Report, SoakError
         retry_for: Duration::from_secs(args.retry_for),
         token,
         prefix,
-        records_ttl_seconds: config.redis.result_ttl_seconds.get(),
+        records_ttl_seconds,
         session,
         preseeded,
         redis,
